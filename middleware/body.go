@@ -1,0 +1,130 @@
+package middleware
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+)
+
+// errStaleBody is returned to a reader still holding the body of an attempt
+// that a later attempt, or the end of the request, has replaced.
+var errStaleBody = errors.New("retry handler: request body was replaced by a newer attempt")
+
+// replayer hands every attempt a body that yields the same bytes as the
+// caller's request body, without buffering it (R2, R9).
+type replayer struct {
+	orig    io.ReadCloser
+	getBody func() (io.ReadCloser, error)
+	seek    *seekBody // set for an io.Seeker body without GetBody
+	sent    bool      // the first attempt has taken its body
+}
+
+// newReplayer inspects req's body. The caller's request is not modified.
+func newReplayer(req *http.Request) (*replayer, error) {
+	r := &replayer{orig: req.Body, getBody: req.GetBody}
+	if req.Body == nil || req.Body == http.NoBody || req.GetBody != nil {
+		return r, nil
+	}
+	if s, ok := req.Body.(io.ReadSeeker); ok {
+		start, err := s.Seek(0, io.SeekCurrent)
+		if err != nil {
+			// A body that claims to seek but cannot is forward-only.
+			return r, nil //nolint:nilerr
+		}
+		r.seek = &seekBody{rs: s, start: start}
+	}
+	return r, nil
+}
+
+// rewindable reports whether the body can be sent again.
+func (r *replayer) rewindable() bool {
+	return r.orig == nil || r.orig == http.NoBody || r.getBody != nil || r.seek != nil
+}
+
+// next returns the body for the next attempt.
+func (r *replayer) next() (io.ReadCloser, error) {
+	first := !r.sent
+	r.sent = true
+	switch {
+	case r.orig == nil || r.orig == http.NoBody:
+		return r.orig, nil
+	case r.seek != nil:
+		return r.seek.next()
+	case first:
+		return r.orig, nil
+	case r.getBody != nil:
+		return r.getBody()
+	}
+	return nil, errors.New("retry handler: request body is forward-only")
+}
+
+// finish closes the caller's body once no attempt needs it, as the
+// RoundTripper contract asks. Bodies that a transport owns (GetBody and
+// forward-only ones) were closed by it.
+func (r *replayer) finish() {
+	if r.seek != nil {
+		r.seek.close(r.orig)
+	}
+}
+
+// seekBody shares one io.ReadSeeker between attempts. Each attempt gets a
+// view tagged with a generation; starting a new attempt rewinds the seeker
+// and makes older views fail, so a transport goroutine still writing an
+// abandoned attempt can never interleave its reads with the new attempt's.
+type seekBody struct {
+	mu    sync.Mutex
+	rs    io.ReadSeeker
+	start int64
+	gen   int // 0 before the first attempt, -1 once closed
+}
+
+func (s *seekBody) next() (io.ReadCloser, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen > 0 {
+		if _, err := s.rs.Seek(s.start, io.SeekStart); err != nil {
+			return nil, err
+		}
+	}
+	s.gen++
+	return &seekView{s: s, gen: s.gen}, nil
+}
+
+func (s *seekBody) close(c io.Closer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen = -1
+	_ = c.Close()
+}
+
+type seekView struct {
+	s   *seekBody
+	gen int
+}
+
+func (v *seekView) Read(p []byte) (int, error) {
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	if v.s.gen != v.gen {
+		return 0, errStaleBody
+	}
+	return v.s.rs.Read(p)
+}
+
+// Close is a no-op: the caller's body stays open for later attempts and is
+// closed by replayer.finish.
+func (v *seekView) Close() error { return nil }
+
+// drainLimit bounds how much of a discarded response body is read so that
+// its connection can be reused; a longer body costs its connection instead.
+const drainLimit = 64 << 10
+
+// discard drains (bounded) and closes a response the caller will not see.
+func discard(resp *http.Response) {
+	if resp == nil || resp.Body == nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
+	_ = resp.Body.Close()
+}

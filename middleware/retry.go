@@ -1,0 +1,348 @@
+// Package middleware provides RetryHandler, a kiota-http-go Middleware that
+// retries failed requests without corrupting or duplicating them, obeys the
+// server's Retry-After, and holds requests back while their target is
+// throttled.
+package middleware
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	nethttplibrary "github.com/microsoft/kiota-http-go"
+
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+)
+
+// ErrAttemptTimeout is wrapped by the error of an attempt that did not get
+// its response headers within RetryHandlerOptions.AttemptTimeout.
+var ErrAttemptTimeout = errors.New("attempt timed out")
+
+// RetryHandler is a kiota-http-go Middleware that retries failed attempts
+// as its options say. It is safe for concurrent use; one handler is meant
+// to serve every request of a client.
+type RetryHandler struct {
+	opts  options.RetryHandlerOptions
+	clock options.Clock
+	stats stats
+}
+
+var _ nethttplibrary.Middleware = (*RetryHandler)(nil)
+
+// NewRetryHandler returns a RetryHandler configured by opts, whose zero
+// fields take their documented defaults. It rejects invalid options with an
+// error that names the field and its value.
+func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("middleware.NewRetryHandler: %w", err)
+	}
+	opts.StatusCodes = append([]int(nil), opts.StatusCodes...)
+	clock := opts.Clock
+	if clock == nil {
+		clock = options.SystemClock
+	}
+	return &RetryHandler{opts: opts, clock: clock}, nil
+}
+
+// Stats are cumulative counts of a handler's work.
+type Stats struct {
+	Requests int64 // requests that entered the handler
+	Attempts int64 // attempts sent down the pipeline, first attempts included
+	Retries  int64 // attempts after the first
+}
+
+type stats struct{ requests, attempts, retries atomic.Int64 }
+
+// Stats returns the handler's counts so far.
+func (h *RetryHandler) Stats() Stats {
+	return Stats{Requests: h.stats.requests.Load(), Attempts: h.stats.attempts.Load(), Retries: h.stats.retries.Load()}
+}
+
+// Intercept implements nethttplibrary.Middleware. It sends req down the
+// pipeline and, while the attempt failed in a retryable way and no limit is
+// reached, waits and sends a fresh copy of it again. The caller's request is
+// never modified. It returns the first successful or non-retryable response,
+// or the last failed response (with a nil error) or transport error once it
+// stops retrying.
+func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, req *http.Request) (*http.Response, error) {
+	h.stats.requests.Add(1)
+	opts := &h.opts
+	if o, ok := req.Context().Value(options.Key()).(*options.RetryHandlerOptions); ok && o != nil {
+		if err := o.Validate(); err != nil {
+			closeRequestBody(req)
+			return nil, fmt.Errorf("retry handler: %s %s: per-request options: %w", req.Method, hostOf(req), err)
+		}
+		opts = o
+	}
+	body, err := newReplayer(req)
+	if err != nil {
+		closeRequestBody(req)
+		return nil, err
+	}
+	defer body.finish()
+
+	r := run{h: h, opts: opts, pipeline: pipeline, index: index, req: req, body: body,
+		policy: opts.EffectivePolicy(), limits: opts.Limits()}
+	return r.do()
+}
+
+// run is the state of one request through the handler.
+type run struct {
+	h        *RetryHandler
+	opts     *options.RetryHandlerOptions
+	policy   options.Policy
+	limits   options.Limits
+	pipeline nethttplibrary.Pipeline
+	index    int
+	req      *http.Request
+	body     *replayer
+	start    time.Time
+	waited   time.Duration // cumulative time spent between attempts
+}
+
+func (r *run) do() (*http.Response, error) {
+	ctx := r.req.Context()
+	r.start = r.h.clock.Now()
+	for retry := 0; ; retry++ {
+		if ctx.Err() != nil {
+			return nil, r.canceled(ctx, retry)
+		}
+		attemptReq, err := r.attemptRequest(ctx, retry)
+		if err != nil {
+			return nil, fmt.Errorf("retry handler: %s %s: preparing attempt %d: %w", r.req.Method, hostOf(r.req), retry+1, err)
+		}
+		resp, err := r.send(ctx, attemptReq, retry)
+		if err != nil && ctx.Err() != nil {
+			discard(resp)
+			return nil, r.canceled(ctx, retry+1)
+		}
+		if stop := r.classify(attemptReq, resp, err); stop != "" {
+			return r.giveUp(resp, err, retry+1, stop)
+		}
+		delay, stop := r.retryDelay(attemptReq, resp, err, retry+1)
+		if stop != "" {
+			return r.giveUp(resp, err, retry+1, stop)
+		}
+		discard(resp)
+		if r.wait(ctx, delay) != nil {
+			return nil, r.canceled(ctx, retry+1)
+		}
+	}
+}
+
+// attemptRequest clones the caller's request for attempt retry+1 with a
+// fresh body, so that neither this handler nor the handlers after it can
+// change what a later attempt sends.
+func (r *run) attemptRequest(ctx context.Context, retry int) (*http.Request, error) {
+	b, err := r.body.next()
+	if err != nil {
+		return nil, err
+	}
+	out := r.req.Clone(ctx)
+	out.Body = b
+	if retry > 0 {
+		out.Header.Set(headerRetryAttempt, strconv.Itoa(retry))
+	}
+	return out, nil
+}
+
+// send runs one attempt down the rest of the pipeline, bounded by the
+// per-attempt timeout when one is set.
+func (r *run) send(ctx context.Context, req *http.Request, retry int) (*http.Response, error) {
+	r.h.stats.attempts.Add(1)
+	if retry > 0 {
+		r.h.stats.retries.Add(1)
+	}
+	timeout := r.opts.AttemptTimeout
+	if timeout <= 0 {
+		return r.pipeline.Next(req, r.index)
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	timer := r.h.clock.AfterFunc(timeout, func() { cancel(ErrAttemptTimeout) })
+	resp, err := r.pipeline.Next(req.WithContext(actx), r.index)
+	if !timer.Stop() && ctx.Err() == nil {
+		// The timeout fired, possibly after the headers arrived: the
+		// attempt's context is gone, so its body is unusable.
+		discard(resp)
+		cancel(nil)
+		return nil, fmt.Errorf("retry handler: %s %s: %w after %v", req.Method, hostOf(req), ErrAttemptTimeout, timeout)
+	}
+	if err != nil {
+		cancel(nil)
+		return resp, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// Reasons the handler stops retrying, as reported in errors and telemetry.
+const (
+	stopSucceeded     = "succeeded"
+	stopNotRetryable  = "not retryable"
+	stopNotIdempotent = "not idempotent"
+	stopPermanent     = "permanent error"
+	stopForwardOnly   = "forward-only body"
+	stopRetries       = "max retries"
+	stopPolicy        = "policy"
+	stopVetoed        = "vetoed by ShouldRetry"
+	stopElapsed       = "max elapsed"
+	stopTimeLimit     = "retries time limit"
+)
+
+// classify returns "" when the attempt failed in a way worth retrying, or
+// why it is final. A policy that implements options.Classifier decides
+// which attempts failed; otherwise the status code list does, and every
+// transport error counts as a failure.
+func (r *run) classify(req *http.Request, resp *http.Response, err error) string {
+	if err != nil {
+		// A request the server may have acted on is only resent when
+		// resending it is harmless; a broken TLS setup will not mend.
+		if !idempotent(req) {
+			return stopNotIdempotent
+		}
+		if permanent(err) {
+			return stopPermanent
+		}
+	}
+	failed := err != nil || r.opts.Retryable(resp.StatusCode)
+	if c, ok := r.policy.(options.Classifier); ok {
+		failed = c.Retryable(options.Attempt{Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: resp, Err: err})
+	}
+	switch {
+	case !failed && err == nil:
+		return stopSucceeded
+	case !failed:
+		return stopNotRetryable
+	case !r.body.rewindable():
+		return stopForwardOnly
+	}
+	return ""
+}
+
+// retryDelay applies the handler's rules on top of the policy: it returns
+// the delay before retry n, or why that retry may not be made.
+func (r *run) retryDelay(req *http.Request, resp *http.Response, err error, n int) (time.Duration, string) {
+	if max := r.limits.MaxRetries; max < 0 || max > 0 && n > max {
+		return 0, stopRetries
+	}
+	now := r.h.clock.Now()
+	a := options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: req, Response: resp, Err: err}
+	delay, ok := r.policy.Next(a)
+	if !ok {
+		return 0, stopPolicy
+	}
+	delay = max(delay, 0)
+	if resp != nil {
+		if ra, has := RetryAfter(resp.Header, now); has {
+			delay = max(delay, ra)
+		}
+	}
+	if r.opts.ShouldRetry != nil && !r.opts.ShouldRetry(a) {
+		return 0, stopVetoed
+	}
+	if exceeds(a.Elapsed, delay, r.limits.MaxElapsed) {
+		return 0, stopElapsed
+	}
+	if l := r.limits.RetriesTimeLimit; l > 0 && exceeds(r.waited, delay, l) {
+		return 0, stopTimeLimit
+	}
+	return delay, ""
+}
+
+// exceeds reports whether spent+next > limit, without overflowing.
+func exceeds(spent, next, limit time.Duration) bool {
+	return next > limit-spent
+}
+
+// wait blocks the request's own goroutine for d, or until ctx ends.
+func (r *run) wait(ctx context.Context, d time.Duration) error {
+	r.waited += d
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := r.h.clock.NewTimer(d)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
+// giveUp returns a successful or final response unchanged (with a nil
+// error), or the last transport error wrapped so that errors.Is and
+// errors.As still find it.
+func (r *run) giveUp(resp *http.Response, err error, attempts int, why string) (*http.Response, error) {
+	if err == nil {
+		return resp, nil
+	}
+	return resp, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): %w", r.req.Method, hostOf(r.req), why, attempts, err)
+}
+
+func (r *run) canceled(ctx context.Context, attempts int) error {
+	return fmt.Errorf("retry handler: %s %s: canceled after %d attempt(s): %w", r.req.Method, hostOf(r.req), attempts, context.Cause(ctx))
+}
+
+// idempotent reports whether sending req twice is harmless: its method is
+// idempotent (RFC 9110 §9.2.2) or it carries an idempotency key.
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete, "":
+		return true
+	}
+	_, ok := req.Header[headerIdempotencyKey]
+	if !ok {
+		_, ok = req.Header[headerXIdempotencyKey]
+	}
+	return ok
+}
+
+// permanent reports transport errors that another attempt cannot mend.
+func permanent(err error) bool {
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		record   tls.RecordHeaderError
+		alert    tls.AlertError
+	)
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &record) || errors.As(err, &alert)
+}
+
+// hostOf names a request in errors without its path or query, which may
+// carry personal data.
+func hostOf(req *http.Request) string {
+	if req.URL == nil {
+		return ""
+	}
+	return req.URL.Scheme + "://" + req.URL.Host
+}
+
+func closeRequestBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// cancelOnClose releases an attempt's context once the caller is done with
+// the response body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel(nil)
+	return err
+}

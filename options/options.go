@@ -1,0 +1,175 @@
+// Package options holds the configuration of the retry handler: the
+// handler-wide defaults, the per-request override carried as a Kiota
+// RequestOption, their validation, and the retry policies that compute
+// backoff delays.
+package options
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	abstractions "github.com/microsoft/kiota-abstractions-go"
+)
+
+// Defaults applied to zero-valued fields of RetryHandlerOptions (R6).
+const (
+	DefaultMaxRetries   = 10
+	DefaultInitialDelay = 3 * time.Second
+	DefaultMaxDelay     = 180 * time.Second
+	DefaultMaxElapsed   = 1800 * time.Second
+)
+
+// DefaultStatusCodes are the response status codes retried when
+// RetryHandlerOptions.StatusCodes is empty: 429, 503 and 504 (R10).
+var DefaultStatusCodes = []int{http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusGatewayTimeout}
+
+// ErrInvalidOption is wrapped by every validation error, so callers can
+// tell a configuration mistake from a failed request with errors.Is.
+var ErrInvalidOption = errors.New("invalid retry option")
+
+var retryOptionKey = abstractions.RequestOptionKey{Key: "kiota-resilience-go.RetryHandlerOptions"}
+
+// RetryHandlerOptions configures the retry handler. Passed to
+// middleware.NewRetryHandler it is the handler's configuration; added to a
+// Kiota RequestInformation with AddRequestOptions (or stored in a request's
+// context under GetKey()), it replaces the handler's options for that request.
+//
+// Every zero-valued field takes its documented default, so the zero value is
+// the Graph design's default behaviour.
+type RetryHandlerOptions struct {
+	// MaxRetries caps the number of retries after the first attempt.
+	// 0 means the default, 10, unless Policy is set, in which case the
+	// policy's own count governs alone; < 0 means never retry.
+	MaxRetries int
+	// InitialDelay is the first delay of the default backoff. 0: 3 s.
+	InitialDelay time.Duration
+	// MaxDelay caps one delay computed by the default backoff. 0: 180 s.
+	// It does not cap a Retry-After the server sends.
+	MaxDelay time.Duration
+	// MaxElapsed bounds the time from the start of the first attempt to
+	// the start of the last retry: a retry whose delay would end past it is
+	// not made and the failed response is returned at once. 0: 1800 s.
+	MaxElapsed time.Duration
+	// RetriesTimeLimit, when > 0, bounds the cumulative time spent waiting
+	// between attempts: before each retry, that time plus the next delay
+	// (the Retry-After value when present) is compared with the limit and,
+	// if it would exceed it, the failed response is returned at once (R8).
+	// 0: off.
+	RetriesTimeLimit time.Duration
+	// Policy decides whether to retry a failed attempt and after what delay.
+	// nil: the default backoff, Exponential built from InitialDelay and
+	// MaxDelay. The handler's rules (Retry-After is never undercut, the
+	// limits above stay ceilings) apply on top of any policy.
+	Policy Policy
+	// StatusCodes lists the response status codes that count as a failed,
+	// retryable attempt. Empty: DefaultStatusCodes (429, 503, 504).
+	StatusCodes []int
+	// ShouldRetry, when set, is asked before every retry and may veto it by
+	// returning false; the failed response or error is then returned as is.
+	ShouldRetry func(Attempt) bool
+	// AttemptTimeout, when > 0, bounds each attempt separately, from sending
+	// the request until the response headers arrive. An attempt that times
+	// out counts as a transport error (retried for idempotent requests only).
+	// 0: no per-attempt timeout.
+	AttemptTimeout time.Duration
+	// Clock is the source of time for delays, limits and timeouts.
+	// nil: the system clock. It is a handler-wide setting: the handler's
+	// clock is used even when a per-request option sets its own.
+	Clock Clock
+}
+
+// GetKey returns the key under which the options are stored in a request's
+// context, making *RetryHandlerOptions a Kiota RequestOption.
+func (o *RetryHandlerOptions) GetKey() abstractions.RequestOptionKey {
+	return retryOptionKey
+}
+
+// Key returns the RequestOptionKey used by every *RetryHandlerOptions.
+func Key() abstractions.RequestOptionKey { return retryOptionKey }
+
+// Validate reports the first field that holds an invalid value, naming the
+// field and the value. The zero value is valid.
+func (o *RetryHandlerOptions) Validate() error {
+	durations := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"InitialDelay", o.InitialDelay},
+		{"MaxDelay", o.MaxDelay},
+		{"MaxElapsed", o.MaxElapsed},
+		{"RetriesTimeLimit", o.RetriesTimeLimit},
+		{"AttemptTimeout", o.AttemptTimeout},
+	}
+	for _, f := range durations {
+		if f.d < 0 {
+			return invalid("RetryHandlerOptions", f.name, f.d, "must not be negative")
+		}
+	}
+	if o.InitialDelay > 0 && o.MaxDelay > 0 && o.InitialDelay > o.MaxDelay {
+		return invalid("RetryHandlerOptions", "InitialDelay", o.InitialDelay, fmt.Sprintf("must not exceed MaxDelay (%v)", o.MaxDelay))
+	}
+	for _, code := range o.StatusCodes {
+		if code < 100 || code > 999 {
+			return invalid("RetryHandlerOptions", "StatusCodes", code, "is not an HTTP status code")
+		}
+	}
+	if v, ok := o.Policy.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("RetryHandlerOptions.Policy: %w", err)
+		}
+	}
+	return nil
+}
+
+// invalid builds a validation error that names the type, field and value.
+func invalid(typ, field string, value any, why string) error {
+	return fmt.Errorf("%w: %s.%s = %v %s", ErrInvalidOption, typ, field, value, why)
+}
+
+// Limits are the ceilings the handler enforces on top of any policy, with
+// defaults resolved.
+type Limits struct {
+	// MaxRetries is the cap on retries; 0 means no cap of its own (a policy
+	// decides), < 0 means never retry.
+	MaxRetries       int
+	MaxElapsed       time.Duration
+	RetriesTimeLimit time.Duration
+}
+
+// Limits returns the ceilings with defaults resolved: MaxRetries defaults to
+// 10 only when no Policy is set, MaxElapsed to 1800 s.
+func (o *RetryHandlerOptions) Limits() Limits {
+	l := Limits{MaxRetries: o.MaxRetries, MaxElapsed: o.MaxElapsed, RetriesTimeLimit: o.RetriesTimeLimit}
+	if l.MaxRetries == 0 && o.Policy == nil {
+		l.MaxRetries = DefaultMaxRetries
+	}
+	if l.MaxElapsed == 0 {
+		l.MaxElapsed = DefaultMaxElapsed
+	}
+	return l
+}
+
+// EffectivePolicy returns Policy, or the default backoff built from
+// InitialDelay and MaxDelay when Policy is nil.
+func (o *RetryHandlerOptions) EffectivePolicy() Policy {
+	if o.Policy != nil {
+		return o.Policy
+	}
+	return Exponential{InitialDelay: o.InitialDelay, MaxDelay: o.MaxDelay}
+}
+
+// Retryable reports whether status is one of the retried status codes.
+func (o *RetryHandlerOptions) Retryable(status int) bool {
+	codes := o.StatusCodes
+	if len(codes) == 0 {
+		codes = DefaultStatusCodes
+	}
+	for _, c := range codes {
+		if c == status {
+			return true
+		}
+	}
+	return false
+}
