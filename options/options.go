@@ -74,6 +74,9 @@ type RetryHandlerOptions struct {
 	// out counts as a transport error (retried for idempotent requests only).
 	// 0: no per-attempt timeout.
 	AttemptTimeout time.Duration
+	// Queue configures the throttle-aware queue; the zero value turns it on.
+	// Set per request, Queue.Disabled exempts that request from the queue.
+	Queue QueueOptions
 	// Clock is the source of time for delays, limits and timeouts.
 	// nil: the system clock. It is a handler-wide setting: the handler's
 	// clock is used even when a per-request option sets its own.
@@ -172,4 +175,13 @@ func (o *RetryHandlerOptions) Retryable(status int) bool {
 		}
 	}
 	return false
+}
+
+// QueueOptions configures the throttle-aware queue that holds requests
+// back while their target is throttled (R14, R15). The zero value turns the
+// queue on with its defaults.
+type QueueOptions struct {
+	// Disabled turns the queue off: every attempt is sent when its own
+	// delay has passed, whatever other requests learned about the throttle.
+	Disabled bool
 }
