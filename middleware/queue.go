@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kiota-resilience/kiota-resilience-go/options"
@@ -78,6 +79,9 @@ func (t *target) prefix(n int) string { return strings.Join(t.segs[:n], "/") }
 
 // hostState is everything the queue knows about one host.
 type hostState struct {
+	// active turns true at the host's first throttle; until then its
+	// requests skip the queue without taking the lock.
+	active   atomic.Bool
 	mu       sync.Mutex
 	urls     map[string]time.Time
 	paths    map[string]time.Time
@@ -139,6 +143,7 @@ func (q *queue) throttled(t *target, sent, now, end time.Time) {
 	s := q.state(t.host, true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.active.Store(true)
 	s.urls[t.url] = later(s.urls[t.url], end)
 	s.paths[t.path] = later(s.paths[t.path], end)
 	for n := 1; n <= len(t.segs); n++ {
@@ -155,12 +160,10 @@ func (q *queue) throttled(t *target, sent, now, end time.Time) {
 	s.kick()
 }
 
-// succeeded feeds a request's success to its host's pacer.
-func (q *queue) succeeded(t *target, sent, now time.Time) {
-	s := q.state(t.host, false)
-	if s == nil {
-		return
-	}
+// succeeded feeds a request's success to its host's pacer. The first
+// throttle needs to know how many requests the host let through before.
+func (q *queue) succeeded(host string, sent, now time.Time) {
+	s := q.state(host, true)
 	s.mu.Lock()
 	s.pacer.succeeded(sent, now)
 	s.mu.Unlock()
@@ -208,6 +211,13 @@ func (q *queue) prune(s *hostState, now time.Time) {
 			}
 		}
 	}
+}
+
+// idle reports whether host was never throttled, so that its requests
+// need no queue at all.
+func (q *queue) idle(host string) bool {
+	s := q.state(host, false)
+	return s == nil || !s.active.Load()
 }
 
 // acquire blocks the calling request until it may be sent: not before

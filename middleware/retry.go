@@ -164,7 +164,7 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.T
 		deadline = earlier(deadline, now.Add(l-r.waited))
 	}
 	var err error
-	if q := r.queue(); q != nil {
+	if q := r.queue(); q != nil && !q.idle(r.req.URL.Host) {
 		var held time.Duration
 		held, _, err = q.acquire(ctx, r.target(), notBefore, deadline)
 		r.held += held
@@ -214,7 +214,7 @@ func (r *run) observe(resp *http.Response, err error, sent, now time.Time) {
 	case has && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusGatewayTimeout):
 	default:
 		if resp.StatusCode < 500 {
-			q.succeeded(r.target(), sent, now)
+			q.succeeded(r.req.URL.Host, sent, now)
 		}
 		return
 	}
@@ -332,16 +332,14 @@ func (r *run) retryDelay(req *http.Request, resp *http.Response, err error, n in
 	}
 	now := r.h.clock.Now()
 	a := options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: req, Response: resp, Err: err}
+	if resp != nil {
+		a.RetryAfter, a.HasRetryAfter = RetryAfter(resp.Header, now)
+	}
 	delay, ok := r.policy.Next(a)
 	if !ok {
 		return 0, stopPolicy
 	}
-	delay = max(delay, 0)
-	if resp != nil {
-		if ra, has := RetryAfter(resp.Header, now); has {
-			delay = max(delay, ra)
-		}
-	}
+	delay = max(delay, a.RetryAfter)
 	if r.opts.ShouldRetry != nil && !r.opts.ShouldRetry(a) {
 		return 0, stopVetoed
 	}

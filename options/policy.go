@@ -18,6 +18,11 @@ type Attempt struct {
 	Response *http.Response
 	// Err is the transport error of the failed attempt, if any.
 	Err error
+	// RetryAfter is the delay the server asked for (Retry-After,
+	// retry-after-ms or x-ms-retry-after-ms), valid when HasRetryAfter is
+	// true. The handler never retries sooner, whatever a policy returns.
+	RetryAfter    time.Duration
+	HasRetryAfter bool
 }
 
 // Policy decides whether to retry after a failed attempt, and after what
@@ -40,7 +45,9 @@ func (f PolicyFunc) Next(a Attempt) (time.Duration, bool) { return f(a) }
 //	delay = d(n) · (1 − 0.2·u),  u uniform in [0, 1)
 //
 // so with the defaults the retries wait about 3, 12, 27, 48, 75, 108, 147,
-// 180, 180, 180 s. The random offset only shortens a delay, by up to 20 %,
+// 180, 180, 180 s. As the Graph design asks, the backoff applies only when
+// the server names no delay: when the failed response carries Retry-After,
+// Exponential returns exactly that delay. The random offset only shortens a delay, by up to 20 %,
 // so that clients throttled together do not retry in lockstep while no
 // delay ever exceeds its schedule or MaxDelay.
 type Exponential struct {
@@ -59,6 +66,9 @@ type Exponential struct {
 func (p Exponential) Next(a Attempt) (time.Duration, bool) {
 	if p.Retries > 0 && a.Retry > p.Retries {
 		return 0, false
+	}
+	if a.HasRetryAfter {
+		return a.RetryAfter, true
 	}
 	initial := orDefault(p.InitialDelay, DefaultInitialDelay)
 	maxDelay := orDefault(p.MaxDelay, DefaultMaxDelay)
