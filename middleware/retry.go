@@ -18,6 +18,7 @@ import (
 
 	nethttplibrary "github.com/microsoft/kiota-http-go"
 
+	"github.com/kiota-resilience/kiota-resilience-go/observability"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -31,6 +32,7 @@ var ErrAttemptTimeout = errors.New("attempt timed out")
 type RetryHandler struct {
 	opts  options.RetryHandlerOptions
 	clock options.Clock
+	inst  *observability.Instruments
 	stats stats
 }
 
@@ -48,7 +50,7 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 	if clock == nil {
 		clock = options.SystemClock
 	}
-	return &RetryHandler{opts: opts, clock: clock}, nil
+	return &RetryHandler{opts: opts, clock: clock, inst: observability.NewInstruments(opts.MeterProvider)}, nil
 }
 
 // Stats are cumulative counts of a handler's work.
@@ -71,8 +73,11 @@ func (h *RetryHandler) Stats() Stats {
 // never modified. It returns the first successful or non-retryable response,
 // or the last failed response (with a nil error) or transport error once it
 // stops retrying.
-func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, req *http.Request) (*http.Response, error) {
+func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, req *http.Request) (_ *http.Response, err error) {
 	h.stats.requests.Add(1)
+	r := run{h: h, pipeline: pipeline, index: index, req: req, obs: observer{inst: h.inst, clock: h.clock}}
+	ctx := r.obs.begin(req)
+	defer func() { r.obs.end(req.Context(), err) }()
 	opts := &h.opts
 	if o, ok := req.Context().Value(options.Key()).(*options.RetryHandlerOptions); ok && o != nil {
 		if err := o.Validate(); err != nil {
@@ -88,9 +93,8 @@ func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, re
 	}
 	defer body.finish()
 
-	r := run{h: h, opts: opts, pipeline: pipeline, index: index, req: req, body: body,
-		policy: opts.EffectivePolicy(), limits: opts.Limits()}
-	return r.do()
+	r.opts, r.body, r.policy, r.limits = opts, body, opts.EffectivePolicy(), opts.Limits()
+	return r.do(ctx)
 }
 
 // run is the state of one request through the handler.
@@ -105,20 +109,24 @@ type run struct {
 	body     *replayer
 	start    time.Time
 	waited   time.Duration // cumulative time spent between attempts
+	obs      observer      // reports the request's signals; see observe.go
 }
 
-func (r *run) do() (*http.Response, error) {
-	ctx := r.req.Context()
+// do runs the attempts. ctx is the request's context, carrying the
+// handler's span when tracing is on.
+func (r *run) do(ctx context.Context) (*http.Response, error) {
 	r.start = r.h.clock.Now()
+	actx := ctx // the current attempt's context: carries its span
 	for retry := 0; ; retry++ {
 		if ctx.Err() != nil {
 			return nil, r.canceled(ctx, retry)
 		}
-		attemptReq, err := r.attemptRequest(ctx, retry)
+		attemptReq, err := r.attemptRequest(actx, retry)
 		if err != nil {
 			return nil, fmt.Errorf("retry handler: %s %s: preparing attempt %d: %w", r.req.Method, hostOf(r.req), retry+1, err)
 		}
-		resp, err := r.send(ctx, attemptReq, retry)
+		resp, err := r.send(actx, attemptReq, retry)
+		r.obs.sent(ctx, err)
 		if err != nil && ctx.Err() != nil {
 			discard(resp)
 			return nil, r.canceled(ctx, retry+1)
@@ -130,6 +138,7 @@ func (r *run) do() (*http.Response, error) {
 		if stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
+		actx = r.obs.retrying(ctx, retry+1, resp, err, delay)
 		discard(resp)
 		if r.wait(ctx, delay) != nil {
 			return nil, r.canceled(ctx, retry+1)
@@ -281,6 +290,7 @@ func (r *run) wait(ctx context.Context, d time.Duration) error {
 // error), or the last transport error wrapped so that errors.Is and
 // errors.As still find it.
 func (r *run) giveUp(resp *http.Response, err error, attempts int, why string) (*http.Response, error) {
+	r.obs.gaveUp(why, attempts-1, resp)
 	if err == nil {
 		return resp, nil
 	}
