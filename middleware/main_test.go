@@ -1,4 +1,4 @@
-package middleware_test
+package middleware
 
 import (
 	"testing"
@@ -6,4 +6,6 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

@@ -222,23 +222,22 @@ func (q *queue) idle(host string) bool {
 
 // acquire blocks the calling request until it may be sent: not before
 // notBefore, not while a throttle it matches lasts, and, when it matches a
-// recent throttle, in FIFO order at its host's pace. It returns how long it
-// held the request beyond notBefore, whether the request was paced, or
+// recent throttle, in FIFO order at its host's pace. It returns nil, or
 // errHoldTooLong when release would come after deadline (a zero deadline
-// means none), or the context's error.
-func (q *queue) acquire(ctx context.Context, t *target, notBefore, deadline time.Time) (held time.Duration, paced bool, err error) {
+// means none), or the context's error. obs hears when the request is held
+// and released.
+func (q *queue) acquire(ctx context.Context, t *target, notBefore, deadline time.Time, obs *observer) (err error) {
 	s := q.state(t.host, false)
 	if s == nil {
-		return 0, false, sleepUntil(ctx, q.clock, notBefore)
+		return sleepUntil(ctx, q.clock, notBefore)
 	}
 	s.mu.Lock()
 	now := q.clock.Now()
 	until, paced := q.match(s, t, now)
 	if !paced {
 		s.mu.Unlock()
-		return 0, false, sleepUntil(ctx, q.clock, notBefore)
+		return sleepUntil(ctx, q.clock, notBefore)
 	}
-	arrived := now
 	w := &waiter{t: t, notBefore: notBefore, eligible: later(notBefore, until), seq: s.seq, wake: make(chan struct{}, 1)}
 	s.seq++
 	var prev *waiter
@@ -249,6 +248,15 @@ func (q *queue) acquire(ctx context.Context, t *target, notBefore, deadline time
 	if prev != nil && s.waiters[0] == w {
 		signal(prev) // it is no longer the head
 	}
+	// Held means kept past the request's own time by the queue; waiting out
+	// its own delay is not.
+	held := func(now, at time.Time) {
+		if own := later(now, notBefore); at.After(own) {
+			obs.held(ctx, at.Sub(own))
+		}
+	}
+	held(now, w.eligible)
+	defer obs.released(ctx)
 	for {
 		if s.waiters[0] == w {
 			now = q.clock.Now()
@@ -266,19 +274,21 @@ func (q *queue) acquire(ctx context.Context, t *target, notBefore, deadline time
 				heap.Remove(&s.waiters, w.index)
 				s.kick()
 				s.mu.Unlock()
-				return 0, true, errHoldTooLong
+				return errHoldTooLong
 			}
 			if !at.After(now) {
 				heap.Remove(&s.waiters, w.index)
 				s.pacer.sent(now)
 				s.kick()
 				s.mu.Unlock()
-				return now.Sub(later(notBefore, arrived)), true, nil
+				return nil
 			}
 			s.mu.Unlock()
+			held(now, at)
 			err = waitFor(ctx, q.clock, at.Sub(now), w.wake)
 		} else {
 			s.mu.Unlock()
+			held(now, now.Add(time.Nanosecond))
 			err = waitFor(ctx, q.clock, -1, w.wake)
 		}
 		s.mu.Lock()
@@ -289,7 +299,7 @@ func (q *queue) acquire(ctx context.Context, t *target, notBefore, deadline time
 				s.kick()
 			}
 			s.mu.Unlock()
-			return 0, true, err
+			return err
 		}
 	}
 }

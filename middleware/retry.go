@@ -18,6 +18,7 @@ import (
 
 	nethttplibrary "github.com/microsoft/kiota-http-go"
 
+	"github.com/kiota-resilience/kiota-resilience-go/observability"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -32,6 +33,7 @@ type RetryHandler struct {
 	opts  options.RetryHandlerOptions
 	clock options.Clock
 	queue *queue // nil when the handler's options turn it off
+	inst  *observability.Instruments
 	stats stats
 }
 
@@ -49,7 +51,7 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 	if clock == nil {
 		clock = options.SystemClock
 	}
-	h := &RetryHandler{opts: opts, clock: clock}
+	h := &RetryHandler{opts: opts, clock: clock, inst: observability.NewInstruments(opts.MeterProvider)}
 	if !opts.Queue.Disabled {
 		h.queue = newQueue(clock, opts.Queue)
 	}
@@ -76,8 +78,11 @@ func (h *RetryHandler) Stats() Stats {
 // never modified. It returns the first successful or non-retryable response,
 // or the last failed response (with a nil error) or transport error once it
 // stops retrying.
-func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, req *http.Request) (*http.Response, error) {
+func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, req *http.Request) (_ *http.Response, err error) {
 	h.stats.requests.Add(1)
+	r := run{h: h, pipeline: pipeline, index: index, req: req, obs: observer{inst: h.inst, clock: h.clock}}
+	ctx := r.obs.begin(req)
+	defer func() { r.obs.end(req.Context(), err) }()
 	opts := &h.opts
 	if o, ok := req.Context().Value(options.Key()).(*options.RetryHandlerOptions); ok && o != nil {
 		if err := o.Validate(); err != nil {
@@ -93,9 +98,8 @@ func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, re
 	}
 	defer body.finish()
 
-	r := run{h: h, opts: opts, pipeline: pipeline, index: index, req: req, body: body,
-		policy: opts.EffectivePolicy(), limits: opts.Limits()}
-	return r.do()
+	r.opts, r.body, r.policy, r.limits = opts, body, opts.EffectivePolicy(), opts.Limits()
+	return r.do(ctx)
 }
 
 // run is the state of one request through the handler.
@@ -111,14 +115,16 @@ type run struct {
 	tgt      *target
 	start    time.Time
 	waited   time.Duration // cumulative time spent between attempts
-	held     time.Duration // of which held by the queue beyond the delay
+	obs      observer      // reports the request's signals; see observe.go
 }
 
-func (r *run) do() (*http.Response, error) {
-	ctx := r.req.Context()
+// do runs the attempts. ctx is the request's context, carrying the
+// handler's span when tracing is on.
+func (r *run) do(ctx context.Context) (*http.Response, error) {
 	r.start = r.h.clock.Now()
 	notBefore := r.start
 	var last *http.Response // the last failed response, kept small to return if a hold runs out
+	actx := ctx             // the current attempt's context: carries its span
 	for retry := 0; ; retry++ {
 		sentAt, err := r.admit(ctx, retry, notBefore)
 		if errors.Is(err, errHoldTooLong) {
@@ -127,12 +133,13 @@ func (r *run) do() (*http.Response, error) {
 		if err != nil {
 			return nil, r.canceled(ctx, retry)
 		}
-		attemptReq, err := r.attemptRequest(ctx, retry)
+		attemptReq, err := r.attemptRequest(actx, retry)
 		if err != nil {
 			return nil, fmt.Errorf("retry handler: %s %s: preparing attempt %d: %w", r.req.Method, hostOf(r.req), retry+1, err)
 		}
-		resp, err := r.send(ctx, attemptReq, retry)
+		resp, err := r.send(actx, attemptReq, retry)
 		now := r.h.clock.Now()
+		r.obs.sent(ctx, err)
 		if err != nil && ctx.Err() != nil {
 			discard(resp)
 			return nil, r.canceled(ctx, retry+1)
@@ -145,6 +152,7 @@ func (r *run) do() (*http.Response, error) {
 		if stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
+		actx = r.obs.retrying(ctx, retry+1, resp, err, delay)
 		last = keep(resp)
 		notBefore = now.Add(delay)
 	}
@@ -165,9 +173,7 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.T
 	}
 	var err error
 	if q := r.queue(); q != nil && !q.idle(r.req.URL.Host) {
-		var held time.Duration
-		held, _, err = q.acquire(ctx, r.target(), notBefore, deadline)
-		r.held += held
+		err = q.acquire(ctx, r.target(), notBefore, deadline, &r.obs)
 		if errors.Is(err, errHoldTooLong) && retry == 0 {
 			err = nil
 		}
@@ -361,6 +367,7 @@ func exceeds(spent, next, limit time.Duration) bool {
 // error), or the last transport error wrapped so that errors.Is and
 // errors.As still find it.
 func (r *run) giveUp(resp *http.Response, err error, attempts int, why string) (*http.Response, error) {
+	r.obs.gaveUp(why, attempts-1, resp)
 	if err == nil {
 		return resp, nil
 	}

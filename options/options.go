@@ -11,6 +11,7 @@ import (
 	"time"
 
 	abstractions "github.com/microsoft/kiota-abstractions-go"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Defaults applied to zero-valued fields of RetryHandlerOptions (R6).
@@ -81,6 +82,13 @@ type RetryHandlerOptions struct {
 	// nil: the system clock. It is a handler-wide setting: the handler's
 	// clock is used even when a per-request option sets its own.
 	Clock Clock
+	// MeterProvider is the source of the handler's metric instruments
+	// (see package observability). nil: otel.GetMeterProvider(), the
+	// global provider, which forwards to whatever provider the
+	// application installs, even later. It is a handler-wide setting: it
+	// is ignored on per-request options. Traces always use the global
+	// tracer provider, as the Kiota design asks.
+	MeterProvider metric.MeterProvider
 }
 
 // GetKey returns the key under which the options are stored in a request's
