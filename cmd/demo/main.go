@@ -44,6 +44,7 @@ type config struct {
 	postEvery    int
 	timeout      time.Duration
 	progressTick time.Duration
+	telemetry    bool
 }
 
 func main() {
@@ -52,11 +53,12 @@ func main() {
 	flag.IntVar(&cfg.c, "c", 100, "concurrent workers")
 	flag.Float64Var(&cfg.rate, "rate", 200, "server capacity, requests per second")
 	flag.IntVar(&cfg.burst, "burst", 20, "server burst, requests")
-	flag.Float64Var(&cfg.failures, "failures", 0.02, "share of requests the server answers 503 without Retry-After")
+	flag.Float64Var(&cfg.failures, "failures", 0.01, "share of requests the server answers 503 without Retry-After")
 	flag.IntVar(&cfg.postEvery, "post-every", 3, "every how many requests one is a POST (1: all, 0: none)")
 	flag.BoolVar(&cfg.queue, "queue", true, "hold requests to throttled targets in the throttle-aware queue")
 	flag.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "give up on the whole run after this long")
 	flag.DurationVar(&cfg.progressTick, "progress", 500*time.Millisecond, "progress line interval; 0 for none")
+	flag.BoolVar(&cfg.telemetry, "telemetry", false, "print the handler's spans and metrics, collected by an in-process OpenTelemetry SDK")
 	flag.Parse()
 	sum, err := run(cfg, os.Stdout)
 	if err != nil {
@@ -91,9 +93,13 @@ func run(cfg config, out io.Writer) (summary, error) {
 	})
 	defer srv.Close()
 
-	retry, err := middleware.NewRetryHandler(options.RetryHandlerOptions{
-		Queue: options.QueueOptions{Disabled: !cfg.queue},
-	})
+	opts := options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: !cfg.queue}}
+	var tel *telemetry
+	if cfg.telemetry {
+		tel = newTelemetry()
+		opts.MeterProvider = tel.mp
+	}
+	retry, err := middleware.NewRetryHandler(opts)
 	if err != nil {
 		return summary{}, err
 	}
@@ -158,6 +164,11 @@ func run(cfg config, out io.Writer) (summary, error) {
 	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
 	s.p50, s.p99 = latencies[len(latencies)/2], latencies[len(latencies)*99/100]
 	report(out, s)
+	if tel != nil {
+		if err := tel.report(out); err != nil {
+			return s, err
+		}
+	}
 	return s, nil
 }
 
