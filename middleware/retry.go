@@ -123,7 +123,7 @@ func (r *run) do() (*http.Response, error) {
 			discard(resp)
 			return nil, r.canceled(ctx, retry+1)
 		}
-		if stop := r.classify(attemptReq, resp, err); stop != "" {
+		if stop := r.classify(attemptReq, resp, err, retry+1); stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
 		delay, stop := r.retryDelay(attemptReq, resp, err, retry+1)
@@ -196,11 +196,12 @@ const (
 	stopTimeLimit     = "retries time limit"
 )
 
-// classify returns "" when the attempt failed in a way worth retrying, or
-// why it is final. A policy that implements options.Classifier decides
-// which attempts failed; otherwise the status code list does, and every
-// transport error counts as a failure.
-func (r *run) classify(req *http.Request, resp *http.Response, err error) string {
+// classify returns "" when the attempt failed in a way worth retrying
+// with retry n, or why it is final. A policy that implements
+// options.Classifier decides which attempts failed when it has an opinion;
+// otherwise the status code list does, and every transport error counts as
+// a failure.
+func (r *run) classify(req *http.Request, resp *http.Response, err error, n int) string {
 	if err != nil {
 		// A request the server may have acted on is only resent when
 		// resending it is harmless; a broken TLS setup will not mend.
@@ -213,7 +214,10 @@ func (r *run) classify(req *http.Request, resp *http.Response, err error) string
 	}
 	failed := err != nil || r.opts.Retryable(resp.StatusCode)
 	if c, ok := r.policy.(options.Classifier); ok {
-		failed = c.Retryable(options.Attempt{Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: resp, Err: err})
+		a := options.Attempt{Retry: n, Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: resp, Err: err}
+		if retry, decided := c.Retryable(a); decided {
+			failed = retry
+		}
 	}
 	switch {
 	case !failed && err == nil:
