@@ -187,7 +187,7 @@ func ExamplePolicyFunc_doNotRetry502() {
 
 	h, err := middleware.NewRetryHandler(options.RetryHandlerOptions{
 		Policy:      customRetryPolicy(3, time.Second, http.StatusBadGateway),
-		StatusCodes: []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout},
+		StatusCodes: []int{http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout},
 	})
 	if err != nil {
 		panic(err)
