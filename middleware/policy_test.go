@@ -11,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	nethttplibrary "github.com/microsoft/kiota-http-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/middleware"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
@@ -70,78 +68,6 @@ func (s *scriptServer) retryAttempts() []string {
 	return slices.Clone(s.attempts)
 }
 
-// newClient puts h in kiota-http-go's transport in front of a clone of
-// http.DefaultTransport, inside a plain http.Client.
-func newClient(t *testing.T, h *middleware.RetryHandler) *http.Client {
-	t.Helper()
-	base := http.DefaultTransport.(*http.Transport).Clone()
-	t.Cleanup(base.CloseIdleConnections)
-	return &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(base, h)}
-}
-
-type result struct {
-	status int
-	err    error
-}
-
-// drive sends req through client and, for every expected delay, waits for
-// the handler's timer, checks it is exactly that delay and fires it. A
-// zero delay sets no timer and is skipped. It fails if the request ends
-// before all the expected waits happened.
-func drive(t *testing.T, clock *clocktest.Clock, client *http.Client, req *http.Request, delays []time.Duration) result {
-	t.Helper()
-	// When a check fails below, the request may still be waiting for a
-	// timer that will never fire: cancel it so no goroutine is left.
-	ctx, cancel := context.WithCancel(req.Context())
-	req = req.WithContext(ctx)
-	done := make(chan result, 1)
-	exited := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-exited })
-	go func() {
-		defer close(exited)
-		resp, err := client.Do(req)
-		if err != nil {
-			done <- result{err: err}
-			return
-		}
-		_ = resp.Body.Close()
-		done <- result{status: resp.StatusCode}
-	}()
-	// next blocks until the handler waits on a timer (ok) or the request
-	// ends, whichever comes first.
-	next := func() (r result, ok bool) {
-		timer := make(chan struct{})
-		go func() { clock.WaitForTimers(1); close(timer) }()
-		select {
-		case <-timer:
-			return result{}, true
-		case r = <-done:
-			// Release the waiter; the dummy timer must stay until the
-			// waiter has seen it.
-			dummy := clock.NewTimer(time.Hour)
-			<-timer
-			dummy.Stop()
-			return r, false
-		}
-	}
-	for i, d := range delays {
-		if d == 0 {
-			continue
-		}
-		if r, ok := next(); !ok {
-			t.Fatalf("request ended (%+v) before the wait for retry %d (%v)", r, i+1, d)
-		}
-		require.Equal(t, []time.Duration{d}, clock.Pending(), "delay before retry %d", i+1)
-		clock.Advance(d)
-	}
-	r, waiting := next()
-	if waiting {
-		t.Fatalf("unexpected wait %v after %d expected ones", clock.Pending(), len(delays))
-	}
-	assert.Empty(t, clock.Pending(), "timers left behind")
-	return r
-}
-
 func get(t *testing.T, url string) *http.Request {
 	t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
@@ -149,12 +75,14 @@ func get(t *testing.T, url string) *http.Request {
 	return req
 }
 
-func fixedRandom(u float64) func() float64 { return func() float64 { return u } }
-
-func seconds(s ...float64) []time.Duration {
-	out := make([]time.Duration, len(s))
-	for i, v := range s {
-		out[i] = time.Duration(v * float64(time.Second))
+// nonZero drops the zero delays from want: an immediate retry starts no
+// timer. The Retry-Attempt headers the server saw still count it.
+func nonZero(want []time.Duration) []time.Duration {
+	var out []time.Duration
+	for _, d := range want {
+		if d != 0 {
+			out = append(out, d)
+		}
 	}
 	return out
 }
@@ -169,8 +97,6 @@ func wantAttempts(n int) []string {
 	return out
 }
 
-var start = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-
 // doNotRetry502 is the Azure Storage blog's second custom policy: a fixed
 // interval that gives up at once on a status it was told to fail on.
 func doNotRetry502(retries int, interval time.Duration, fail ...int) options.Policy {
@@ -181,6 +107,14 @@ func doNotRetry502(retries int, interval time.Duration, fail ...int) options.Pol
 		return interval, a.Retry <= retries
 	})
 }
+
+// queueModes runs the policy tests with the throttle queue on (the
+// default) and off: the queue honours Retry-After on its own, and the
+// rules must hold without it too.
+var queueModes = []struct {
+	name     string
+	disabled bool
+}{{"queue on", false}, {"queue off", true}}
 
 func TestPoliciesDriveTheHandler(t *testing.T) {
 	serverErrors := func(a options.Attempt) bool { return a.Err != nil || a.Response.StatusCode >= 500 }
@@ -197,36 +131,36 @@ func TestPoliciesDriveTheHandler(t *testing.T) {
 			wantStatus: 503},
 		{name: "Fixed retries its count, then returns the last failure",
 			opts:  options.RetryHandlerOptions{Policy: options.Fixed{Retries: 2, Interval: 2 * time.Second}},
-			steps: []step{answer(503)}, delays: seconds(2, 2), wantStatus: 503},
+			steps: []step{answer(503)}, delays: secs(2, 2), wantStatus: 503},
 		{name: "Linear until success",
 			opts:  options.RetryHandlerOptions{Policy: options.Linear{Retries: 5, Interval: time.Second, Delta: 500 * time.Millisecond}},
-			steps: []step{answer(503), answer(504), answer(429), answer(200)}, delays: seconds(1, 1.5, 2), wantStatus: 200},
+			steps: []step{answer(503), answer(504), answer(429), answer(200)}, delays: secs(1, 1.5, 2), wantStatus: 200},
 		{name: "Exponential as a policy value keeps its count of 10",
-			opts:  options.RetryHandlerOptions{Policy: options.Exponential{Random: fixedRandom(0)}},
-			steps: []step{answer(429)}, delays: seconds(3, 12, 27, 48, 75, 108, 147, 180, 180, 180), wantStatus: 429},
+			opts:  options.RetryHandlerOptions{Policy: options.Exponential{Random: func() float64 { return 0 }}},
+			steps: []step{answer(429)}, delays: secs(3, 12, 27, 48, 75, 108, 147, 180, 180, 180), wantStatus: 429},
 		{name: "AzureStorageExponential defaults: 3 s, about 30 s, 90 s",
-			opts:  options.RetryHandlerOptions{Policy: options.AzureStorageExponential{Random: fixedRandom(0.5)}},
-			steps: []step{answer(503)}, delays: seconds(3, 33, 90), wantStatus: 503},
+			opts:  options.RetryHandlerOptions{Policy: options.AzureStorageExponential{Random: fixedHalf}},
+			steps: []step{answer(503)}, delays: secs(3, 33, 90), wantStatus: 503},
 		{name: "APIManagement exponential: 10, 20, 40, 80, 100, 100 s",
 			opts: options.RetryHandlerOptions{Policy: options.APIManagement{Count: 6, Interval: 10 * time.Second,
-				Delta: 10 * time.Second, MaxInterval: 100 * time.Second, Random: fixedRandom(0.5)}},
-			steps: []step{answer(503)}, delays: seconds(10, 20, 40, 80, 100, 100), wantStatus: 503},
+				Delta: 10 * time.Second, MaxInterval: 100 * time.Second, Random: fixedHalf}},
+			steps: []step{answer(503)}, delays: secs(10, 20, 40, 80, 100, 100), wantStatus: 503},
 		{name: "APIManagement linear with a first fast retry",
 			opts: options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: 10 * time.Second,
 				Delta: 5 * time.Second, FirstFastRetry: true}},
-			steps: []step{answer(503)}, delays: seconds(0, 15, 20), wantStatus: 503},
+			steps: []step{answer(503)}, delays: secs(0, 15, 20), wantStatus: 503},
 		{name: "APIManagement without Condition leaves 500 to the status list",
 			opts:  options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: time.Second}},
 			steps: []step{answer(500)}, wantStatus: 500},
 		{name: "APIManagement Condition retries a 500",
 			opts:  options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: time.Second, Condition: serverErrors}},
-			steps: []step{answer(500), answer(502), answer(200)}, delays: seconds(1, 1), wantStatus: 200},
+			steps: []step{answer(500), answer(502), answer(200)}, delays: secs(1, 1), wantStatus: 200},
 		{name: "APIManagement Condition declines a 429 the status list would retry",
 			opts:  options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: time.Second, Condition: serverErrors}},
 			steps: []step{answer(429)}, wantStatus: 429},
 		{name: "APIManagement Condition retries a transport error",
 			opts:  options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: time.Second, Condition: serverErrors}},
-			steps: []step{{hangup: true}, answer(200)}, delays: seconds(1), wantStatus: 200},
+			steps: []step{{hangup: true}, answer(200)}, delays: secs(1), wantStatus: 200},
 		{name: "APIManagement Condition can refuse a transport error",
 			opts: options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: time.Second,
 				Condition: func(a options.Attempt) bool { return a.Err == nil && a.Response.StatusCode == 503 }}},
@@ -234,26 +168,29 @@ func TestPoliciesDriveTheHandler(t *testing.T) {
 		{name: "user-written policy: do not retry 502",
 			opts: options.RetryHandlerOptions{Policy: doNotRetry502(5, time.Second, http.StatusBadGateway),
 				StatusCodes: []int{502, 503}},
-			steps: []step{answer(503), answer(502), answer(200)}, delays: seconds(1), wantStatus: 502},
+			steps: []step{answer(503), answer(502), answer(200)}, delays: secs(1), wantStatus: 502},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			clock := clocktest.New(start)
-			tt.opts.Clock = clock
-			h, err := middleware.NewRetryHandler(tt.opts)
-			require.NoError(t, err)
-			srv := newScriptServer(t, tt.steps...)
+		for _, queue := range queueModes {
+			t.Run(tt.name+"/"+queue.name, func(t *testing.T) {
+				opts := tt.opts
+				opts.Queue.Disabled = queue.disabled
+				h, clock := newHandler(t, opts)
+				srv := newScriptServer(t, tt.steps...)
 
-			got := drive(t, clock, newClient(t, h), get(t, srv.URL), tt.delays)
+				got, waits := do(clock, newClient(t, h), get(t, srv.URL))
 
-			if tt.wantErr {
-				assert.Error(t, got.err)
-			} else {
-				require.NoError(t, got.err)
-				assert.Equal(t, tt.wantStatus, got.status)
-			}
-			assert.Equal(t, wantAttempts(len(tt.delays)+1), srv.retryAttempts())
-		})
+				assert.Equal(t, nonZero(tt.delays), waits, "delays")
+
+				if tt.wantErr {
+					assert.Error(t, got.err)
+				} else {
+					require.NoError(t, got.err)
+					assert.Equal(t, tt.wantStatus, got.resp.StatusCode)
+				}
+				assert.Equal(t, wantAttempts(len(tt.delays)+1), srv.retryAttempts())
+			})
+		}
 	}
 }
 
@@ -273,77 +210,79 @@ func TestHandlerRulesOnTopOfPolicies(t *testing.T) {
 	}{
 		{name: "Retry-After longer than the policy's delay wins",
 			opts:  options.RetryHandlerOptions{Policy: fixed(2, time.Second)},
-			steps: []step{{status: 429, retryAfter: "5"}}, delays: seconds(5, 5), status: 429},
+			steps: []step{{status: 429, retryAfter: "5"}}, delays: secs(5, 5), status: 429},
 		{name: "policy's delay longer than Retry-After wins",
 			opts:  options.RetryHandlerOptions{Policy: fixed(1, 10*time.Second)},
-			steps: []step{{status: 429, retryAfter: "2"}, answer(200)}, delays: seconds(10), status: 200},
+			steps: []step{{status: 429, retryAfter: "2"}, answer(200)}, delays: secs(10), status: 200},
 		{name: "a first fast retry still waits for Retry-After",
 			opts:  options.RetryHandlerOptions{Policy: options.APIManagement{Count: 2, Interval: time.Second, FirstFastRetry: true}},
-			steps: []step{{status: 503, retryAfter: "4"}}, delays: seconds(4, 4), status: 503},
+			steps: []step{{status: 503, retryAfter: "4"}}, delays: secs(4, 4), status: 503},
 		{name: "Retry-After on a response the policy declines is not waited for",
 			opts:  options.RetryHandlerOptions{Policy: options.NoRetry{}},
 			steps: []step{{status: 429, retryAfter: "5"}}, status: 429},
 		{name: "MaxRetries 0 leaves the count to the policy",
 			opts:  options.RetryHandlerOptions{Policy: fixed(2, time.Second)},
-			steps: []step{answer(503)}, delays: seconds(1, 1), status: 503},
+			steps: []step{answer(503)}, delays: secs(1, 1), status: 503},
 		{name: "MaxRetries 0 and a policy's default count",
 			opts:  options.RetryHandlerOptions{Policy: options.Fixed{Interval: time.Second}},
-			steps: []step{answer(503)}, delays: seconds(1, 1, 1, 1, 1, 1, 1, 1, 1, 1), status: 503},
+			steps: []step{answer(503)}, delays: secs(1, 1, 1, 1, 1, 1, 1, 1, 1, 1), status: 503},
 		{name: "MaxRetries below the policy's count caps it",
 			opts:  options.RetryHandlerOptions{MaxRetries: 1, Policy: fixed(5, time.Second)},
-			steps: []step{answer(503)}, delays: seconds(1), status: 503},
+			steps: []step{answer(503)}, delays: secs(1), status: 503},
 		{name: "MaxRetries above the policy's count does not extend it",
 			opts:  options.RetryHandlerOptions{MaxRetries: 5, Policy: fixed(2, time.Second)},
-			steps: []step{answer(503)}, delays: seconds(1, 1), status: 503},
+			steps: []step{answer(503)}, delays: secs(1, 1), status: 503},
 		{name: "negative MaxRetries never retries",
 			opts:  options.RetryHandlerOptions{MaxRetries: -1, Policy: fixed(5, time.Second)},
 			steps: []step{answer(503)}, status: 503},
 		{name: "MaxRetries caps APIManagement's Count",
 			opts:  options.RetryHandlerOptions{MaxRetries: 2, Policy: options.APIManagement{Count: 50, Interval: time.Second}},
-			steps: []step{answer(503)}, delays: seconds(1, 1), status: 503},
+			steps: []step{answer(503)}, delays: secs(1, 1), status: 503},
 		{name: "MaxElapsed stops a retry whose delay would pass it",
 			opts:  options.RetryHandlerOptions{MaxElapsed: 25 * time.Second, Policy: fixed(10, 10*time.Second)},
-			steps: []step{answer(503)}, delays: seconds(10, 10), status: 503},
+			steps: []step{answer(503)}, delays: secs(10, 10), status: 503},
 		{name: "MaxElapsed is checked against Retry-After too",
 			opts:  options.RetryHandlerOptions{MaxElapsed: 50 * time.Second, Policy: fixed(10, time.Second)},
 			steps: []step{{status: 429, retryAfter: "100"}}, status: 429},
 		{name: "RetriesTimeLimit bounds the total wait",
 			opts:  options.RetryHandlerOptions{RetriesTimeLimit: 15 * time.Second, Policy: options.Linear{Retries: 10, Interval: 5 * time.Second, Delta: 5 * time.Second}},
-			steps: []step{answer(503)}, delays: seconds(5, 10), status: 503},
+			steps: []step{answer(503)}, delays: secs(5, 10), status: 503},
 		{name: "MaxDelay does not cap a policy's delay",
 			opts:  options.RetryHandlerOptions{MaxDelay: time.Second, Policy: fixed(1, 5*time.Second)},
-			steps: []step{answer(503)}, delays: seconds(5), status: 503},
+			steps: []step{answer(503)}, delays: secs(5), status: 503},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			clock := clocktest.New(start)
-			tt.opts.Clock = clock
-			h, err := middleware.NewRetryHandler(tt.opts)
-			require.NoError(t, err)
-			srv := newScriptServer(t, tt.steps...)
+		for _, queue := range queueModes {
+			t.Run(tt.name+"/"+queue.name, func(t *testing.T) {
+				opts := tt.opts
+				opts.Queue.Disabled = queue.disabled
+				h, clock := newHandler(t, opts)
+				srv := newScriptServer(t, tt.steps...)
 
-			got := drive(t, clock, newClient(t, h), get(t, srv.URL), tt.delays)
+				got, waits := do(clock, newClient(t, h), get(t, srv.URL))
 
-			require.NoError(t, got.err)
-			assert.Equal(t, tt.status, got.status)
-			assert.Equal(t, wantAttempts(len(tt.delays)+1), srv.retryAttempts())
-		})
+				assert.Equal(t, nonZero(tt.delays), waits, "delays")
+
+				require.NoError(t, got.err)
+				assert.Equal(t, tt.status, got.resp.StatusCode)
+				assert.Equal(t, wantAttempts(len(tt.delays)+1), srv.retryAttempts())
+			})
+		}
 	}
 }
 
 func TestPerRequestPolicyOverride(t *testing.T) {
-	clock := clocktest.New(start)
-	h, err := middleware.NewRetryHandler(options.RetryHandlerOptions{Clock: clock, Policy: options.Fixed{Retries: 5, Interval: time.Second}})
-	require.NoError(t, err)
+	h, clock := newHandler(t, options.RetryHandlerOptions{Policy: options.Fixed{Retries: 5, Interval: time.Second}})
 	srv := newScriptServer(t, answer(503))
 	override := &options.RetryHandlerOptions{Policy: options.APIManagement{Count: 1, Interval: 7 * time.Second}}
 	req := get(t, srv.URL)
 	req = req.WithContext(context.WithValue(req.Context(), override.GetKey(), override))
 
-	got := drive(t, clock, newClient(t, h), req, seconds(7))
+	got, waits := do(clock, newClient(t, h), req)
 
 	require.NoError(t, got.err)
-	assert.Equal(t, 503, got.status)
+	assert.Equal(t, 503, got.resp.StatusCode)
+	assert.Equal(t, secs(7), waits)
 	assert.Equal(t, wantAttempts(2), srv.retryAttempts())
 }
 

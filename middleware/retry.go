@@ -31,6 +31,7 @@ var ErrAttemptTimeout = errors.New("attempt timed out")
 type RetryHandler struct {
 	opts  options.RetryHandlerOptions
 	clock options.Clock
+	queue *queue // nil when the handler's options turn it off
 	stats stats
 }
 
@@ -48,7 +49,11 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 	if clock == nil {
 		clock = options.SystemClock
 	}
-	return &RetryHandler{opts: opts, clock: clock}, nil
+	h := &RetryHandler{opts: opts, clock: clock}
+	if !opts.Queue.Disabled {
+		h.queue = newQueue(clock, opts.Queue)
+	}
+	return h, nil
 }
 
 // Stats are cumulative counts of a handler's work.
@@ -103,15 +108,23 @@ type run struct {
 	index    int
 	req      *http.Request
 	body     *replayer
+	tgt      *target
 	start    time.Time
 	waited   time.Duration // cumulative time spent between attempts
+	held     time.Duration // of which held by the queue beyond the delay
 }
 
 func (r *run) do() (*http.Response, error) {
 	ctx := r.req.Context()
 	r.start = r.h.clock.Now()
+	notBefore := r.start
+	var last *http.Response // the last failed response, kept small to return if a hold runs out
 	for retry := 0; ; retry++ {
-		if ctx.Err() != nil {
+		sentAt, err := r.admit(ctx, retry, notBefore)
+		if errors.Is(err, errHoldTooLong) {
+			return r.giveUpHeld(last, retry)
+		}
+		if err != nil {
 			return nil, r.canceled(ctx, retry)
 		}
 		attemptReq, err := r.attemptRequest(ctx, retry)
@@ -119,10 +132,12 @@ func (r *run) do() (*http.Response, error) {
 			return nil, fmt.Errorf("retry handler: %s %s: preparing attempt %d: %w", r.req.Method, hostOf(r.req), retry+1, err)
 		}
 		resp, err := r.send(ctx, attemptReq, retry)
+		now := r.h.clock.Now()
 		if err != nil && ctx.Err() != nil {
 			discard(resp)
 			return nil, r.canceled(ctx, retry+1)
 		}
+		r.observe(resp, err, sentAt, now)
 		if stop := r.classify(attemptReq, resp, err, retry+1); stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
@@ -130,11 +145,94 @@ func (r *run) do() (*http.Response, error) {
 		if stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
-		discard(resp)
-		if r.wait(ctx, delay) != nil {
-			return nil, r.canceled(ctx, retry+1)
-		}
+		last = keep(resp)
+		notBefore = now.Add(delay)
 	}
+}
+
+// admit waits until attempt retry+1 may be sent: after notBefore and, with
+// the queue on, once no throttle holds it and its host's pace allows. It
+// returns when the attempt was let go. A first attempt is never refused:
+// held past the limits it is sent at once and the server decides.
+func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.Time, error) {
+	now := r.h.clock.Now()
+	if ctx.Err() != nil {
+		return now, ctx.Err()
+	}
+	deadline := r.start.Add(r.limits.MaxElapsed)
+	if l := r.limits.RetriesTimeLimit; l > 0 && retry > 0 {
+		deadline = earlier(deadline, now.Add(l-r.waited))
+	}
+	var err error
+	if q := r.queue(); q != nil {
+		var held time.Duration
+		held, _, err = q.acquire(ctx, r.target(), notBefore, deadline)
+		r.held += held
+		if errors.Is(err, errHoldTooLong) && retry == 0 {
+			err = nil
+		}
+	} else {
+		err = sleepUntil(ctx, r.h.clock, notBefore)
+	}
+	sent := r.h.clock.Now()
+	if retry > 0 {
+		r.waited += sent.Sub(now)
+	}
+	return sent, err
+}
+
+// queue returns the handler's queue unless it is off for this request.
+func (r *run) queue() *queue {
+	if r.opts.Queue.Disabled {
+		return nil
+	}
+	return r.h.queue
+}
+
+// target returns the request as the queue's matching rules see it.
+func (r *run) target() *target {
+	if r.tgt == nil {
+		r.tgt = newTarget(r.req)
+	}
+	return r.tgt
+}
+
+// observe tells the queue what the server answered, so that requests to a
+// throttled target are held and the host's pace is learned. It runs even
+// for a request that opted out of the queue, for the others' sake.
+func (r *run) observe(resp *http.Response, err error, sent, now time.Time) {
+	q := r.h.queue
+	if q == nil || err != nil || resp == nil {
+		return
+	}
+	ra, has := RetryAfter(resp.Header, now)
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		if !has {
+			ra = defaultThrottle
+		}
+	case has && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusGatewayTimeout):
+	default:
+		if resp.StatusCode < 500 {
+			q.succeeded(r.target(), sent, now)
+		}
+		return
+	}
+	end := now.Add(ra)
+	if end.Before(now) { // saturated Retry-After
+		end = time.Unix(1<<62, 0)
+	}
+	q.throttled(r.target(), sent, now, end)
+}
+
+// defaultThrottle is how long a 429 without Retry-After holds its target.
+const defaultThrottle = time.Second
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // attemptRequest clones the caller's request for attempt retry+1 with a
@@ -265,22 +363,6 @@ func exceeds(spent, next, limit time.Duration) bool {
 	return next > limit-spent
 }
 
-// wait blocks the request's own goroutine for d, or until ctx ends.
-func (r *run) wait(ctx context.Context, d time.Duration) error {
-	r.waited += d
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := r.h.clock.NewTimer(d)
-	select {
-	case <-ctx.Done():
-		t.Stop()
-		return ctx.Err()
-	case <-t.C():
-		return nil
-	}
-}
-
 // giveUp returns a successful or final response unchanged (with a nil
 // error), or the last transport error wrapped so that errors.Is and
 // errors.As still find it.
@@ -289,6 +371,15 @@ func (r *run) giveUp(resp *http.Response, err error, attempts int, why string) (
 		return resp, nil
 	}
 	return resp, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): %w", r.req.Method, hostOf(r.req), why, attempts, err)
+}
+
+// giveUpHeld returns the last failed response when the queue would hold
+// its retry past the limits.
+func (r *run) giveUpHeld(last *http.Response, attempts int) (*http.Response, error) {
+	if last != nil {
+		return last, nil
+	}
+	return nil, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): throttled beyond the limit and the last response was too large to keep", r.req.Method, hostOf(r.req), stopElapsed, attempts)
 }
 
 func (r *run) canceled(ctx context.Context, attempts int) error {

@@ -105,6 +105,7 @@ func (o *RetryHandlerOptions) Validate() error {
 		{"MaxElapsed", o.MaxElapsed},
 		{"RetriesTimeLimit", o.RetriesTimeLimit},
 		{"AttemptTimeout", o.AttemptTimeout},
+		{"Queue.Recovery", o.Queue.Recovery},
 	}
 	for _, f := range durations {
 		if f.d < 0 {
@@ -113,6 +114,9 @@ func (o *RetryHandlerOptions) Validate() error {
 	}
 	if o.InitialDelay > 0 && o.MaxDelay > 0 && o.InitialDelay > o.MaxDelay {
 		return invalid("RetryHandlerOptions", "InitialDelay", o.InitialDelay, fmt.Sprintf("must not exceed MaxDelay (%v)", o.MaxDelay))
+	}
+	if o.Queue.MaxTracked < 0 {
+		return invalid("RetryHandlerOptions", "Queue.MaxTracked", o.Queue.MaxTracked, "must not be negative")
 	}
 	for _, code := range o.StatusCodes {
 		if code < 100 || code > 999 {
@@ -185,4 +189,12 @@ type QueueOptions struct {
 	// Disabled turns the queue off: every attempt is sent when its own
 	// delay has passed, whatever other requests learned about the throttle.
 	Disabled bool
+	// Recovery is how long after a throttle ends requests that match it
+	// are still released through the queue's pacer, so that a release does
+	// not set off a new wave of throttling. 0: 10 s.
+	Recovery time.Duration
+	// MaxTracked bounds how many throttled URLs, paths and path prefixes the
+	// queue remembers per host; the ones that ended first are forgotten
+	// first. 0: 1024. Handler-wide: ignored on per-request options.
+	MaxTracked int
 }

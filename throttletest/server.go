@@ -1,0 +1,506 @@
+// Package throttletest provides an HTTP server on loopback that throttles
+// like Microsoft Graph, for tests, demos and benchmarks of retrying clients,
+// in the spirit of net/http/httptest.
+//
+// The server answers 429 Too Many Requests with a Retry-After in whole
+// seconds when a token bucket is empty, 503 Service Unavailable without
+// Retry-After during an outage at start or at random, and small JSON bodies
+// otherwise. It counts, safely under concurrency, what every client did to
+// it: attempts, 429s and 503s sent, and per logical request (named by the
+// X-Request-Id header, which retries carry over) the attempts it took,
+// retries that arrived before the Retry-After the server named, bodies that
+// arrived different from what the client declared, and when it completed.
+package throttletest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Headers a client sets so that the server can account for its requests.
+// All are optional; without HeaderRequestID an attempt is only counted in
+// the server-wide Stats.
+const (
+	// HeaderRequestID names the logical request an attempt belongs to. A
+	// retrying client sends the same value on every attempt (retries copy
+	// the caller's headers), so the server can tell retries apart from new
+	// requests.
+	HeaderRequestID = "X-Request-Id"
+	// HeaderBodySHA256 is the hex SHA-256 of the body the client means to
+	// send; an attempt whose body hashes differently is answered 400 and
+	// counted as a bad body.
+	HeaderBodySHA256 = "X-Body-Sha256"
+	// HeaderIssuedAt is the time, in Unix nanoseconds, at which the client
+	// issued the logical request, before any middleware saw it. The server
+	// subtracts it from the first attempt's arrival to measure how long the
+	// client held the request back (Request.Lag).
+	HeaderIssuedAt = "X-Issued-At"
+)
+
+// EarlyTolerance is how much before the Retry-After time an attempt may
+// arrive without counting as early. The server stamps the Retry-After time
+// before it writes the 429, so a client that waits the named seconds from
+// the moment it reads the answer arrives after that time; the tolerance only
+// absorbs clock and timer granularity.
+const EarlyTolerance = 5 * time.Millisecond
+
+// maxBody bounds the request body the server reads.
+const maxBody = 1 << 20
+
+// Config describes how a Server throttles. The zero value serves every
+// request at once, on 127.0.0.1.
+type Config struct {
+	// Bucket throttles every request. Zero: no global throttle.
+	Bucket Bucket
+	// HostBuckets throttle the requests to one host separately, keyed by
+	// the host name of the request's Host header without the port (the
+	// URL's host, e.g. "127.0.0.2"). A request takes a token from every
+	// bucket that applies to it, or from none when one is empty.
+	HostBuckets map[string]Bucket
+	// PathBuckets throttle the requests whose path starts with a segment
+	// separately, keyed by that first segment without slashes ("mail"
+	// for "/mail/users/1").
+	PathBuckets map[string]Bucket
+	// Hosts are the loopback IP addresses to listen on, each on a port of
+	// its own, so that a client sees really different URL hosts. Empty:
+	// {"127.0.0.1"}. Linux answers on all of 127.0.0.0/8; other systems may
+	// need an alias for addresses other than 127.0.0.1.
+	Hosts []string
+	// Outage is how long after start every request is answered 503
+	// without Retry-After. Zero: no outage.
+	Outage time.Duration
+	// FailureRate is the probability in [0, 1] that a request outside the
+	// outage is answered 503 without Retry-After. Zero: never.
+	FailureRate float64
+	// Rand returns numbers in [0, 1) to decide random failures. It is
+	// called with the server's lock held, so it need not be safe for
+	// concurrent use. nil: math/rand/v2.Float64.
+	Rand func() float64
+}
+
+// Validate reports the first invalid field of c, naming it and its value.
+func (c Config) Validate() error {
+	if err := c.Bucket.validate("Config.Bucket"); err != nil {
+		return err
+	}
+	for h, b := range c.HostBuckets {
+		if err := b.validate(fmt.Sprintf("Config.HostBuckets[%q]", h)); err != nil {
+			return err
+		}
+	}
+	for p, b := range c.PathBuckets {
+		if strings.Contains(p, "/") {
+			return fmt.Errorf("throttletest: Config.PathBuckets key %q must be one path segment, without slashes", p)
+		}
+		if err := b.validate(fmt.Sprintf("Config.PathBuckets[%q]", p)); err != nil {
+			return err
+		}
+	}
+	for _, h := range c.Hosts {
+		if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("throttletest: Config.Hosts entry %q is not a loopback IP address", h)
+		}
+	}
+	switch {
+	case c.Outage < 0:
+		return fmt.Errorf("throttletest: Config.Outage = %v must not be negative", c.Outage)
+	case !(c.FailureRate >= 0 && c.FailureRate <= 1):
+		return fmt.Errorf("throttletest: Config.FailureRate = %v must be within [0, 1]", c.FailureRate)
+	}
+	return nil
+}
+
+// Stats are the server-wide counts of what it received and answered.
+type Stats struct {
+	Attempts    int // requests received, retries included
+	Requests    int // distinct X-Request-Id values seen
+	OK          int // 2xx answers
+	Throttled   int // 429 answers
+	Unavailable int // 503 answers
+	BadBody     int // attempts whose body did not match X-Body-Sha256
+	Early       int // attempts that arrived before the Retry-After named for their request
+}
+
+// Request is what the server saw of one logical request, the attempts
+// that carried one X-Request-Id value.
+type Request struct {
+	ID     string
+	Method string // of the first attempt
+	Host   string // host name of the first attempt, without port
+	Path   string // of the first attempt
+
+	Attempts    int
+	Throttled   int // 429s sent to it
+	Unavailable int // 503s sent to it
+	BadBody     int // attempts whose body did not match X-Body-Sha256
+	Early       int // attempts that arrived before the Retry-After named for it
+
+	// Issued is the client's HeaderIssuedAt, zero when it sent none.
+	Issued time.Time
+	// First is when its first attempt arrived.
+	First time.Time
+	// Lag is First minus Issued: how long the client held the request
+	// back before its first attempt reached the server. Zero without
+	// HeaderIssuedAt.
+	Lag time.Duration
+	// Done is when the server sent its first 2xx answer; zero if none.
+	Done time.Time
+}
+
+// Server is a throttling HTTP server listening on one or more loopback
+// addresses. Create it with NewServer and Close it when done.
+type Server struct {
+	// URL is the base URL of the first host, "http://127.0.0.1:port",
+	// without a trailing slash.
+	URL string
+	// URLs are the base URLs of all hosts, in the order of Config.Hosts.
+	URLs []string
+
+	cfg   Config
+	now   func() time.Time
+	start time.Time
+	srv   *http.Server
+	wg    sync.WaitGroup
+
+	mu          sync.Mutex
+	rand        func() float64
+	global      *tokenBucket
+	hosts       map[string]*tokenBucket
+	paths       map[string]*tokenBucket
+	stats       Stats
+	requests    map[string]*record
+	completions []time.Duration
+}
+
+type record struct {
+	Request
+	// notBefore is the Retry-After time named in the last answer to the
+	// request; zero when the last answer named none.
+	notBefore time.Time
+}
+
+// NewServer starts a Server configured by cfg. Like httptest.NewServer it
+// panics when cfg is invalid or a host cannot be listened on, since it is
+// meant for tests and benchmarks; check cfg.Validate first to avoid that.
+func NewServer(cfg Config) *Server {
+	s, err := newServer(cfg, time.Now)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func newServer(cfg Config, now func() time.Time) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	hosts := cfg.Hosts
+	if len(hosts) == 0 {
+		hosts = []string{"127.0.0.1"}
+	}
+	s := &Server{cfg: cfg, now: now, rand: cfg.Rand, requests: map[string]*record{}}
+	if s.rand == nil {
+		s.rand = rand.Float64
+	}
+	listeners := make([]net.Listener, 0, len(hosts))
+	for _, h := range hosts {
+		l, err := net.Listen("tcp", net.JoinHostPort(h, "0"))
+		if err != nil {
+			for _, l := range listeners {
+				_ = l.Close()
+			}
+			return nil, fmt.Errorf("throttletest: listening on host %q: %w", h, err)
+		}
+		listeners = append(listeners, l)
+		s.URLs = append(s.URLs, "http://"+l.Addr().String())
+	}
+	s.URL = s.URLs[0]
+
+	s.start = now()
+	if cfg.Bucket.enabled() {
+		s.global = newTokenBucket(cfg.Bucket, s.start)
+	}
+	s.hosts = buckets(cfg.HostBuckets, s.start)
+	s.paths = buckets(cfg.PathBuckets, s.start)
+
+	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	for _, l := range listeners {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			_ = s.srv.Serve(l)
+		}()
+	}
+	return s, nil
+}
+
+func buckets(cfg map[string]Bucket, now time.Time) map[string]*tokenBucket {
+	m := map[string]*tokenBucket{}
+	for k, b := range cfg {
+		if b.enabled() {
+			m[k] = newTokenBucket(b, now)
+		}
+	}
+	return m
+}
+
+// Close closes the listeners and every connection, and waits until the
+// server has stopped. Requests in flight get a connection error.
+func (s *Server) Close() {
+	_ = s.srv.Close()
+	s.wg.Wait()
+}
+
+// Started returns the time the server started; the outage and the
+// completion offsets count from it.
+func (s *Server) Started() time.Time { return s.start }
+
+// Stats returns the server-wide counts so far.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Requests = len(s.requests)
+	return st
+}
+
+// Requests returns what the server saw of every logical request so far,
+// ordered by the arrival of their first attempt.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	out := make([]Request, 0, len(s.requests))
+	for _, r := range s.requests {
+		out = append(out, r.Request)
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].First.Equal(out[j].First) {
+			return out[i].First.Before(out[j].First)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Completions returns, for every 2xx answer so far, its time since start,
+// in order: the data of a throughput-over-time chart.
+func (s *Server) Completions() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Duration(nil), s.completions...)
+}
+
+// ServeHTTP answers one attempt: 503 during the outage or at random, 429
+// when a bucket that applies is empty, 400 when the body is not the one
+// the client declared, and a JSON body otherwise.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// The body is read before anything is decided, so that it is checked
+	// on every attempt and the connection stays reusable.
+	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	sum := sha256.Sum256(body)
+	digest := hex.EncodeToString(sum[:])
+	declared := r.Header.Get(HeaderBodySHA256)
+	bad := readErr != nil || declared != "" && !strings.EqualFold(declared, digest)
+
+	host := hostname(r.Host)
+	now := s.now()
+	a := s.account(r, host, now, bad)
+	w.Header().Set("Content-Type", "application/json")
+	if a.requestID != "" {
+		w.Header().Set("request-id", a.requestID)
+	}
+	switch a.status {
+	case http.StatusServiceUnavailable:
+		w.WriteHeader(a.status)
+		writeJSON(w, graphError{Error: graphErrorBody{Code: "serviceNotAvailable", Message: "The service is temporarily unavailable."}})
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", strconv.FormatInt(a.retryAfter, 10))
+		w.WriteHeader(a.status)
+		writeJSON(w, graphError{Error: graphErrorBody{Code: "TooManyRequests", Message: "Too many requests. Retry after " + strconv.FormatInt(a.retryAfter, 10) + " s."}})
+	case http.StatusBadRequest:
+		w.WriteHeader(a.status)
+		msg := "The request body does not match " + HeaderBodySHA256 + "."
+		if readErr != nil {
+			msg = "The request body could not be read: " + readErr.Error()
+		}
+		writeJSON(w, graphError{Error: graphErrorBody{Code: "invalidRequest", Message: msg}})
+	default:
+		w.WriteHeader(a.status)
+		id := lastSegment(r.URL.Path)
+		if a.requestID != "" && r.Method != http.MethodGet {
+			id = a.requestID
+		}
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			writeJSON(w, user{ID: id, DisplayName: "User " + id})
+			return
+		}
+		writeJSON(w, echo{ID: id, SHA256: digest, Bytes: len(body)})
+	}
+}
+
+type answer struct {
+	status     int
+	retryAfter int64 // seconds, for 429
+	requestID  string
+}
+
+// account decides the answer to one attempt and records it, in one
+// critical section so that the counts always agree with the answers.
+func (s *Server) account(r *http.Request, host string, now time.Time, bad bool) answer {
+	id := r.Header.Get(HeaderRequestID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.Attempts++
+	rec := s.record(id, r, host, now)
+	if rec != nil {
+		rec.Attempts++
+		if !rec.notBefore.IsZero() && now.Before(rec.notBefore.Add(-EarlyTolerance)) {
+			rec.Early++
+			s.stats.Early++
+		}
+		rec.notBefore = time.Time{}
+	}
+	if bad {
+		s.stats.BadBody++
+		if rec != nil {
+			rec.BadBody++
+		}
+	}
+
+	a := answer{requestID: id}
+	switch {
+	case now.Sub(s.start) < s.cfg.Outage, s.cfg.FailureRate > 0 && s.rand() < s.cfg.FailureRate:
+		a.status = http.StatusServiceUnavailable
+		s.stats.Unavailable++
+		if rec != nil {
+			rec.Unavailable++
+		}
+	case s.takeToken(now, host, firstSegment(r.URL.Path), &a):
+		a.status = http.StatusTooManyRequests
+		s.stats.Throttled++
+		if rec != nil {
+			rec.Throttled++
+			rec.notBefore = now.Add(time.Duration(a.retryAfter) * time.Second)
+		}
+	case bad:
+		a.status = http.StatusBadRequest
+	default:
+		a.status = http.StatusOK
+		if r.Method == http.MethodPost {
+			a.status = http.StatusCreated
+		}
+		s.stats.OK++
+		s.completions = append(s.completions, now.Sub(s.start))
+		if rec != nil && rec.Done.IsZero() {
+			rec.Done = now
+		}
+	}
+	return a
+}
+
+// record returns the record of the logical request id, creating it on
+// its first attempt; nil when the attempt names no request.
+func (s *Server) record(id string, r *http.Request, host string, now time.Time) *record {
+	if id == "" {
+		return nil
+	}
+	if rec, ok := s.requests[id]; ok {
+		return rec
+	}
+	rec := &record{Request: Request{ID: id, Method: r.Method, Host: host, Path: r.URL.Path, First: now}}
+	if v := r.Header.Get(HeaderIssuedAt); v != "" {
+		if ns, err := strconv.ParseInt(v, 10, 64); err == nil {
+			rec.Issued = time.Unix(0, ns)
+			rec.Lag = now.Sub(rec.Issued)
+		}
+	}
+	s.requests[id] = rec
+	return rec
+}
+
+// takeToken takes a token from every bucket that applies to the request,
+// or, when one of them is empty, takes none, sets a.retryAfter from the
+// longest wait and reports true.
+func (s *Server) takeToken(now time.Time, host, segment string, a *answer) bool {
+	apply := make([]*tokenBucket, 0, 3)
+	if s.global != nil {
+		apply = append(apply, s.global)
+	}
+	if b, ok := s.hosts[host]; ok {
+		apply = append(apply, b)
+	}
+	if b, ok := s.paths[segment]; ok {
+		apply = append(apply, b)
+	}
+	var wait time.Duration
+	for _, b := range apply {
+		b.refill(now)
+		wait = max(wait, b.wait())
+	}
+	if wait > 0 {
+		a.retryAfter = retryAfterSeconds(wait)
+		return true
+	}
+	for _, b := range apply {
+		b.take()
+	}
+	return false
+}
+
+func hostname(hostport string) string {
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		return h
+	}
+	return hostport
+}
+
+func firstSegment(path string) string {
+	path = strings.TrimPrefix(path, "/")
+	if i := strings.IndexByte(path, '/'); i >= 0 {
+		return path[:i]
+	}
+	return path
+}
+
+func lastSegment(path string) string {
+	path = strings.TrimSuffix(path, "/")
+	return path[strings.LastIndexByte(path, '/')+1:]
+}
+
+// user is the body of a successful GET, shaped like a Graph user.
+type user struct {
+	ID          string `json:"id"`
+	DisplayName string `json:"displayName"`
+}
+
+// echo is the body of a successful POST: what the server received.
+type echo struct {
+	ID     string `json:"id"`
+	SHA256 string `json:"sha256"`
+	Bytes  int    `json:"bytes"`
+}
+
+type graphError struct {
+	Error graphErrorBody `json:"error"`
+}
+
+type graphErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeJSON(w io.Writer, v any) {
+	// A write fails only when the client went away, which is its business.
+	_ = json.NewEncoder(w).Encode(v)
+}
