@@ -145,7 +145,7 @@ func (r *run) do(ctx context.Context) (*http.Response, error) {
 			return nil, r.canceled(ctx, retry+1)
 		}
 		r.observe(resp, err, sentAt, now)
-		if stop := r.classify(attemptReq, resp, err); stop != "" {
+		if stop := r.classify(attemptReq, resp, err, retry+1); stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
 		delay, stop := r.retryDelay(attemptReq, resp, err, retry+1)
@@ -300,11 +300,12 @@ const (
 	stopTimeLimit     = "retries time limit"
 )
 
-// classify returns "" when the attempt failed in a way worth retrying, or
-// why it is final. A policy that implements options.Classifier decides
-// which attempts failed; otherwise the status code list does, and every
-// transport error counts as a failure.
-func (r *run) classify(req *http.Request, resp *http.Response, err error) string {
+// classify returns "" when the attempt failed in a way worth retrying
+// with retry n, or why it is final. A policy that implements
+// options.Classifier decides which attempts failed when it has an opinion;
+// otherwise the status code list does, and every transport error counts as
+// a failure.
+func (r *run) classify(req *http.Request, resp *http.Response, err error, n int) string {
 	if err != nil {
 		// A request the server may have acted on is only resent when
 		// resending it is harmless; a broken TLS setup will not mend.
@@ -317,7 +318,10 @@ func (r *run) classify(req *http.Request, resp *http.Response, err error) string
 	}
 	failed := err != nil || r.opts.Retryable(resp.StatusCode)
 	if c, ok := r.policy.(options.Classifier); ok {
-		failed = c.Retryable(options.Attempt{Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: resp, Err: err})
+		a := options.Attempt{Retry: n, Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: resp, Err: err}
+		if retry, decided := c.Retryable(a); decided {
+			failed = retry
+		}
 	}
 	switch {
 	case !failed && err == nil:

@@ -42,7 +42,8 @@ var retryOptionKey = abstractions.RequestOptionKey{Key: "kiota-resilience-go.Ret
 type RetryHandlerOptions struct {
 	// MaxRetries caps the number of retries after the first attempt.
 	// 0 means the default, 10, unless Policy is set, in which case the
-	// policy's own count governs alone; < 0 means never retry.
+	// policy's own count governs alone; < 0 means never retry. See Policy
+	// for how it combines with a policy's count.
 	MaxRetries int
 	// InitialDelay is the first delay of the default backoff. 0: 3 s.
 	InitialDelay time.Duration
@@ -60,9 +61,9 @@ type RetryHandlerOptions struct {
 	// 0: off.
 	RetriesTimeLimit time.Duration
 	// Policy decides whether to retry a failed attempt and after what delay.
-	// nil: the default backoff, Exponential built from InitialDelay and
-	// MaxDelay. The handler's rules (Retry-After is never undercut, the
-	// limits above stay ceilings) apply on top of any policy.
+	// nil: the default backoff, Exponential built from InitialDelay,
+	// MaxDelay and MaxRetries. The handler's rules, documented on the
+	// Policy type, apply on top of any policy.
 	Policy Policy
 	// StatusCodes lists the response status codes that count as a failed,
 	// retryable attempt. Empty: DefaultStatusCodes (429, 503, 504).
@@ -172,7 +173,7 @@ func (o *RetryHandlerOptions) EffectivePolicy() Policy {
 	if o.Policy != nil {
 		return o.Policy
 	}
-	return Exponential{InitialDelay: o.InitialDelay, MaxDelay: o.MaxDelay}
+	return Exponential{Retries: max(o.MaxRetries, 0), InitialDelay: o.InitialDelay, MaxDelay: o.MaxDelay}
 }
 
 // Retryable reports whether status is one of the retried status codes.
