@@ -44,9 +44,9 @@ const (
 
 // adaptivePacer learns the server's sustainable rate from its answers.
 //
-// Before any throttle it does not pace; it counts successes, and the first
-// throttle shows how many requests the server let through at once: its
-// burst. Release then starts at that burst per Retry-After period and
+// Before any throttle it does not pace. Of the requests sent before the
+// host's first answer, as many succeed as the server lets through at once:
+// that is its burst. Release then starts at that burst per Retry-After period and
 // doubles every 50 ms, like TCP's slow start, until the server throttles
 // again. The pacer then fits the server's rate: it replays its own releases
 // since the search began against a token bucket of the learned burst and
@@ -57,7 +57,8 @@ const (
 // it, then probing beyond, so that a server whose limit rises is followed.
 // Each later throttle is fitted the same way from the previous one, when
 // the server's bucket was empty. A throttle of a request sent before the
-// last decrease is the same congestion seen late and is not counted twice.
+// last decrease, or within two round trips after it, is the same
+// congestion seen late and is not counted twice.
 type adaptivePacer struct {
 	state   pacerState
 	base    float64   // steady: the fitted rate
@@ -65,12 +66,17 @@ type adaptivePacer struct {
 	reacted time.Time // last decrease; older sends are ignored
 	last    time.Time // the last release
 	period  float64   // the first throttle's Retry-After, in seconds
-	burst   int       // successes the server allowed before its first throttle
+	burst   int       // successes of the requests sent before the first answer
+	first   time.Time // the host's first answer
 	rate    float64   // rate of the last release
 	// releases counts releases per slot since start, to fit the server's
 	// rate; stored is what the server's bucket held at start.
 	releases []int
 	stored   float64
+	// rtt is a decaying maximum of the time from release to answer:
+	// requests released within two of it after a decrease may still meet
+	// the congestion of the ones in flight before it.
+	rtt time.Duration
 }
 
 type pacerState int
@@ -141,17 +147,29 @@ func (p *adaptivePacer) sent(now time.Time) {
 	}
 }
 
+// observe updates the round-trip estimate with one answer.
+func (p *adaptivePacer) observe(sent, now time.Time) {
+	p.rtt = max(now.Sub(sent), p.rtt*63/64)
+	if p.first.IsZero() {
+		p.first = now
+	}
+}
+
 func (p *adaptivePacer) succeeded(sent, now time.Time) {
-	if p.state == pacerCold || p.state == pacerSearching && sent.Before(p.reacted) {
-		// The first wave's successes, whenever they arrive, are the burst.
+	p.observe(sent, now)
+	if sent.Before(p.first) {
+		// The server's burst is what it let through of the wave sent before
+		// any answer could come back; later successes may be its refill.
 		p.burst++
 	}
 }
 
 func (p *adaptivePacer) throttled(sent, now, end time.Time) {
-	if !sent.After(p.reacted) {
+	p.observe(sent, now)
+	if !sent.After(p.reacted.Add(2 * p.rtt)) {
 		// Sent before the last decrease (or, for the first wave, before the
-		// release began): the same congestion, seen late.
+		// release began), or so soon after it that it met the requests
+		// still in flight: the same congestion, seen late.
 		return
 	}
 	switch p.state {
