@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -445,4 +446,52 @@ func (h *hangingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	h.calls.Add(1)
 	<-req.Context().Done()
 	return nil, req.Context().Err()
+}
+
+// closeCounter is a response body that records whether it was closed and
+// how much of it was read.
+type closeCounter struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (c *closeCounter) Close() error { c.closed.Store(true); return nil }
+
+// bodiesTransport answers with the statuses given, recording every body.
+type bodiesTransport struct {
+	statuses []int
+	size     int
+	bodies   []*closeCounter
+}
+
+func (b *bodiesTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	status := http.StatusOK
+	if len(b.statuses) > 0 {
+		status, b.statuses = b.statuses[0], b.statuses[1:]
+	}
+	body := &closeCounter{Reader: strings.NewReader(strings.Repeat("x", b.size))}
+	b.bodies = append(b.bodies, body)
+	h := http.Header{}
+	if status == http.StatusTooManyRequests {
+		h.Set("Retry-After", "1")
+	}
+	return &http.Response{StatusCode: status, Header: h, Body: body, Request: req}, nil
+}
+
+func TestRetryHandler_DiscardedBodiesAreClosed(t *testing.T) {
+	for _, size := range []int{0, 100, 1 << 20} { // empty, kept, too large to keep
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			rt := &bodiesTransport{statuses: []int{429, 429}, size: size}
+			h, clk := newHandler(t, options.RetryHandlerOptions{})
+			client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(rt, h)}
+			req, _ := http.NewRequest(http.MethodGet, "http://graph.test/v1.0/me", nil)
+			res, _ := do(clk, client, req)
+			require.NoError(t, res.err)
+			require.Len(t, rt.bodies, 3)
+			for i, b := range rt.bodies {
+				assert.True(t, b.closed.Load(), "body %d closed", i+1)
+			}
+			assert.Len(t, res.body, size, "the caller reads the last response whole")
+		})
+	}
 }
