@@ -92,8 +92,7 @@ func FuzzRetryDelay(f *testing.F) {
 				return time.Duration(policyDelay), policyOK
 			})
 		default:
-			// The default backoff draws from math/rand; the model asks the
-			// same policy value, so pin its source.
+			// nil: the default backoff, validated as such and pinned below.
 			opts.Policy = nil
 		}
 		h, err := middleware.NewRetryHandler(opts)
@@ -102,8 +101,10 @@ func FuzzRetryDelay(f *testing.F) {
 			return
 		}
 		if opts.Policy == nil {
-			// Rebuild the handler around the default backoff with a pinned
-			// random source: same formula, same defaults, checkable waits.
+			// The default backoff draws its jitter from math/rand: rebuild
+			// the handler around the same policy value with a pinned
+			// source (and the default MaxRetries it implies), so that the
+			// model can ask it for the same delays.
 			p := opts.EffectivePolicy().(options.Exponential)
 			p.Random = func() float64 { return random }
 			opts.Policy = p
