@@ -146,7 +146,9 @@ func keep(resp *http.Response) *http.Response {
 	}
 	buf, err := io.ReadAll(io.LimitReader(resp.Body, keepLimit+1))
 	if err != nil || len(buf) > keepLimit {
-		discard(resp)
+		// Too large to keep: drain no further than discard would have.
+		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit-int64(len(buf)))
+		_ = resp.Body.Close()
 		return nil
 	}
 	_ = resp.Body.Close()

@@ -387,8 +387,16 @@ func (r *run) giveUpHeld(last *http.Response, attempts int) (*http.Response, err
 	return nil, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): throttled beyond the limit and the last response was too large to keep", r.req.Method, hostOf(r.req), stopElapsed, attempts)
 }
 
+// canceled reports the end of the request's context. It wraps ctx.Err()
+// and, when the context was ended with a cause of its own, that cause too:
+// callers test for context.Canceled or context.DeadlineExceeded, and a
+// cause alone would hide them.
 func (r *run) canceled(ctx context.Context, attempts int) error {
-	return fmt.Errorf("retry handler: %s %s: canceled after %d attempt(s): %w", r.req.Method, hostOf(r.req), attempts, context.Cause(ctx))
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || errors.Is(cause, err) {
+		return fmt.Errorf("retry handler: %s %s: canceled after %d attempt(s): %w", r.req.Method, hostOf(r.req), attempts, err)
+	}
+	return fmt.Errorf("retry handler: %s %s: canceled after %d attempt(s): %w: %w", r.req.Method, hostOf(r.req), attempts, err, cause)
 }
 
 // idempotent reports whether sending req twice is harmless: its method is

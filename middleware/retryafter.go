@@ -3,7 +3,6 @@ package middleware
 import (
 	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -39,7 +38,7 @@ func RetryAfter(h http.Header, now time.Time) (delay time.Duration, ok bool) {
 	}
 	for _, name := range [...]string{headerRetryAfterMs, headerXMsRetryAfterMs} {
 		if v := h.Get(name); v != "" {
-			if d, good := parseAmount(v, float64(time.Millisecond)); good {
+			if d, good := parseAmount(v, time.Millisecond); good {
 				delay, ok = max(delay, d), true
 			}
 		}
@@ -53,10 +52,10 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	if c := v[0]; c >= '0' && c <= '9' || c == '.' || c == '+' || c == '-' {
-		return parseAmount(v, float64(time.Second))
+		return parseAmount(v, time.Second)
 	}
-	t, err := http.ParseTime(v)
-	if err != nil {
+	t, ok := parseHTTPDate(v, now)
+	if !ok {
 		return 0, false
 	}
 	if !t.After(now) {
@@ -65,21 +64,72 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	return t.Sub(now), true // Sub saturates at the maximum Duration
 }
 
-// parseAmount parses a non-negative decimal number of units. Fractions are
-// rounded up so the wait never ends before the named time.
-func parseAmount(v string, unit float64) (time.Duration, bool) {
-	f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil && !isRange(err) || math.IsNaN(f) || f < 0 {
-		return 0, false
+// parseHTTPDate parses the three HTTP-date forms, as http.ParseTime does,
+// but reads a two-digit rfc850 year as RFC 9110 §5.6.7 requires: a year
+// more than 50 years ahead of now is the most recent past year with the
+// same last two digits (time.Parse maps 69..99 to the 1900s whatever now
+// is, which would turn a date in 2070 into "retry now").
+func parseHTTPDate(v string, now time.Time) (time.Time, bool) {
+	for _, layout := range [...]string{http.TimeFormat, time.RFC850, time.ANSIC} {
+		t, err := time.Parse(layout, v)
+		if err != nil {
+			continue
+		}
+		if layout == time.RFC850 {
+			y, limit := t.Year(), now.Year()+50
+			for y+100 <= limit {
+				y += 100
+			}
+			for y > limit {
+				y -= 100
+			}
+			t = time.Date(y, t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), t.Location())
+		}
+		return t, true
 	}
-	ns := math.Ceil(f * unit)
-	if ns >= float64(maxDelay) || math.IsInf(ns, 1) {
-		return maxDelay, true
-	}
-	return time.Duration(ns), true
+	return time.Time{}, false
 }
 
-func isRange(err error) bool {
-	ne, ok := err.(*strconv.NumError)
-	return ok && ne.Err == strconv.ErrRange
+// parseAmount parses a non-negative decimal number of units (DIGITS with an
+// optional fraction) in integer arithmetic: floating point would round
+// large values down, ending the wait before the named time. A fraction
+// finer than a nanosecond is rounded up; huge values saturate. Signs,
+// exponents and other number syntax are not HTTP and are ignored.
+func parseAmount(v string, unit time.Duration) (time.Duration, bool) {
+	whole, frac, _ := strings.Cut(strings.TrimSpace(v), ".")
+	if whole == "" && frac == "" || !isDigits(whole) || !isDigits(frac) {
+		return 0, false
+	}
+	var n time.Duration // whole units
+	for i := 0; i < len(whole); i++ {
+		n = n*10 + time.Duration(whole[i]-'0')
+		if n > maxDelay/unit {
+			return maxDelay, true
+		}
+	}
+	d := n * unit
+	var f time.Duration // the fraction, in nanoseconds
+	step := unit
+	for i := 0; i < len(frac); i++ {
+		if step /= 10; step == 0 {
+			if strings.Trim(frac[i:], "0") != "" {
+				f++
+			}
+			break
+		}
+		f += time.Duration(frac[i]-'0') * step
+	}
+	if d > maxDelay-f {
+		return maxDelay, true
+	}
+	return d + f, true
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

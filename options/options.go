@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"time"
 
 	abstractions "github.com/microsoft/kiota-abstractions-go"
@@ -131,12 +132,27 @@ func (o *RetryHandlerOptions) Validate() error {
 			return invalid("RetryHandlerOptions", "StatusCodes", code, "is not an HTTP status code")
 		}
 	}
+	if o.Policy != nil && isNil(o.Policy) {
+		// A typed nil would panic in Validate or Next, on the first
+		// failed request rather than here.
+		return invalid("RetryHandlerOptions", "Policy", fmt.Sprintf("%T(nil)", o.Policy), "is a nil value (leave Policy nil for the default backoff)")
+	}
 	if v, ok := o.Policy.(interface{ Validate() error }); ok {
 		if err := v.Validate(); err != nil {
 			return fmt.Errorf("RetryHandlerOptions.Policy: %w", err)
 		}
 	}
 	return nil
+}
+
+// isNil reports whether v holds a nil pointer, func, map, slice, channel
+// or interface.
+func isNil(v any) bool {
+	switch r := reflect.ValueOf(v); r.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface:
+		return r.IsNil()
+	}
+	return false
 }
 
 // invalid builds a validation error that names the type, field and value.

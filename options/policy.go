@@ -115,7 +115,9 @@ func (p Exponential) Next(a Attempt) (time.Duration, bool) {
 	if f := float64(initial) * float64(n) * float64(n); f < float64(maxDelay) {
 		d = time.Duration(f)
 	}
-	return scale(d, 1-0.2*draw(p.Random)), true
+	// float64 cannot hold every Duration: near the top of the range the
+	// product may round above d(n), and the jitter must only shorten.
+	return min(scale(d, 1-0.2*draw(p.Random)), d), true
 }
 
 // Validate reports a negative field or an InitialDelay above MaxDelay.
