@@ -495,3 +495,34 @@ func TestRetryHandler_DiscardedBodiesAreClosed(t *testing.T) {
 		})
 	}
 }
+
+func TestRetryHandler_CancelWhileHeldByQueue(t *testing.T) {
+	srv := newScripted(t, throttled("60"))
+	h, clk := newHandler(t, options.RetryHandlerOptions{MaxRetries: -1})
+	client := newClient(t, h)
+
+	// The first request is throttled for 60 s and, never retried, returns.
+	first, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1.0/me", nil)
+	res, _ := do(clk, client, first)
+	require.NoError(t, res.err)
+	require.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode)
+
+	// A second request to the same URL is held by the queue until then.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	second, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1.0/me", nil)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := client.Do(second)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	assert.Equal(t, 60*time.Second, <-clk.Created(), "held until the throttle ends")
+	cancel()
+	err := <-done
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Len(t, srv.attempts(), 1, "the held request was never sent")
+	assert.Empty(t, clk.Pending(), "its timer is stopped")
+}
