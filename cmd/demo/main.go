@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -104,6 +105,11 @@ func run(cfg config, out io.Writer) (summary, error) {
 		return summary{}, err
 	}
 	transport := nethttplibrary.GetDefaultTransport()
+	if t, ok := transport.(*http.Transport); ok {
+		// Keep a connection per worker: the default of two idle connections
+		// per host would open and close one for most requests.
+		t.MaxIdleConnsPerHost = cfg.c
+	}
 	adapter, err := pipeline.NewRequestAdapter(&authentication.AnonymousAuthenticationProvider{},
 		pipeline.WithRetryHandler(retry), pipeline.WithTransport(transport), pipeline.WithTimeout(cfg.timeout))
 	if err != nil {
