@@ -1,8 +1,10 @@
 package middleware
 
 import (
+	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -119,4 +121,165 @@ func TestQueueIdle(t *testing.T) {
 	q.throttled(targetOf(t, graph+"/v1.0/me"), t0, t0, t0.Add(time.Second))
 	assert.False(t, q.idle("graph.test"), "throttled")
 	assert.True(t, q.idle("other.test"), "another host")
+}
+
+func TestAdaptivePacerCold(t *testing.T) {
+	const ms = time.Millisecond
+	p := newAdaptivePacer(t0)
+	for _, at := range []time.Duration{0, ms, time.Hour} {
+		now := t0.Add(at)
+		assert.Equal(t, now, p.next(now), "no pacing before a throttle")
+		p.sent(now)
+	}
+	// A wave sent at t0 is answered from 10 ms on: its successes are the
+	// server's burst, whenever they arrive; later ones may be its refill.
+	p.succeeded(t0, t0.Add(10*ms))
+	p.succeeded(t0.Add(5*ms), t0.Add(20*ms))
+	p.succeeded(t0.Add(10*ms), t0.Add(30*ms))
+	p.succeeded(t0, t0.Add(time.Second))
+	assert.Equal(t, pacerCold, p.state)
+	assert.Empty(t, p.releases, "a cold pacer counts no releases")
+	assert.Equal(t, 3, p.burst, "successes of requests sent before the first answer")
+}
+
+func TestAdaptivePacerFirstThrottle(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		name      string
+		successes int
+		wait      time.Duration // the throttle's Retry-After
+		period    float64       // seconds
+		rate      float64       // at the throttle's end
+	}{
+		{"burst per Retry-After", 40, 2 * time.Second, 2, 20},
+		{"Retry-After below 1 s counts as 1 s", 40, 300 * ms, 1, 40},
+		{"no success before: one request per period", 0, 4 * time.Second, 4, 0.25},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			for range tt.successes {
+				p.succeeded(t0, t0.Add(5*ms))
+			}
+			now := t0.Add(10 * ms)
+			end := now.Add(tt.wait)
+			p.throttled(t0.Add(5*ms), now, end)
+
+			require.Equal(t, pacerSearching, p.state)
+			assert.InDelta(t, tt.period, p.period, 1e-9)
+			assert.Equal(t, end, p.start, "the search begins when the throttle ends")
+			assert.Equal(t, end, p.next(now), "the first release is at the throttle's end")
+			for i, want := range []float64{tt.rate, 2 * tt.rate, 4 * tt.rate, 8 * tt.rate} {
+				assert.InDelta(t, want, p.rateAt(end.Add(time.Duration(i)*doubling)), want*1e-9, "rate after %d doublings", i)
+			}
+			assert.InDelta(t, tt.rate, p.rateAt(now), tt.rate*1e-9, "held: the starting rate")
+
+			// The first wave's successes that arrive late are the burst
+			// too, and raise the starting rate; a success sent after the
+			// first answer is not.
+			p.succeeded(t0, end.Add(ms))
+			p.succeeded(end.Add(ms), end.Add(2*ms))
+			assert.Equal(t, tt.successes+1, p.burst)
+		})
+	}
+}
+
+// TestAdaptivePacerSpacing checks that each release waits until 1/rate has
+// passed since the last, at the rate at the release's own time.
+func TestAdaptivePacerSpacing(t *testing.T) {
+	tests := []struct {
+		name string
+		p    *adaptivePacer
+		rate func(elapsed float64) float64
+	}{
+		{
+			"searching doubles every 50 ms",
+			&adaptivePacer{state: pacerSearching, start: t0, reacted: t0, period: 1, burst: 40},
+			func(e float64) float64 { return 40 * math.Exp2(e/0.05) },
+		},
+		{
+			"steady recovers along a cubic",
+			&adaptivePacer{state: pacerSteady, start: t0, reacted: t0, last: t0, base: 400},
+			func(e float64) float64 { return 400 * (1 + 0.003*math.Pow(e-math.Cbrt(0.1/0.003), 3)) },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.p
+			now := t0
+			prev := time.Time{}
+			for i := range 200 {
+				at := p.next(now)
+				require.False(t, at.Before(now) && i > 0, "release %d in the past", i)
+				if !prev.IsZero() {
+					gap := at.Sub(prev).Seconds()
+					// at is the first time, to 50 µs, at which the gap
+					// reaches 1/rate(at).
+					want := 1 / tt.rate(at.Sub(t0).Seconds())
+					assert.InDelta(t, want, gap, 60e-6, "gap before release %d", i)
+				}
+				p.sent(at)
+				prev, now = at, at
+			}
+		})
+	}
+}
+
+func TestAdaptivePacerIgnoresLateThrottles(t *testing.T) {
+	const ms = time.Millisecond
+	// Answers come 10 ms after their requests: a throttle of a request
+	// sent within two round trips of a reaction is ignored too.
+	searching := func() *adaptivePacer {
+		p := newAdaptivePacer(t0)
+		for range 10 {
+			p.succeeded(t0, t0.Add(10*ms))
+		}
+		p.throttled(t0, t0.Add(10*ms), t0.Add(time.Second+10*ms)) // reacted at t0+1.01 s
+		return p
+	}
+	steady := func() *adaptivePacer {
+		p := searching()
+		for i := range 50 {
+			p.sent(p.start.Add(time.Duration(i) * 5 * ms))
+		}
+		p.throttled(p.start.Add(200*ms), p.start.Add(210*ms), p.start.Add(time.Second))
+		require.Equal(t, pacerSteady, p.state)
+		return p
+	}
+	// The estimate the throttle below sees: its own 10 ms, or the
+	// previous one decayed.
+	window := func(p *adaptivePacer) time.Duration { return 2 * max(10*ms, p.rtt*63/64) }
+	tests := []struct {
+		name    string
+		p       func() *adaptivePacer
+		sent    func(p *adaptivePacer) time.Time
+		ignored bool
+	}{
+		{"searching: sent before the release began", searching, func(p *adaptivePacer) time.Time { return p.reacted.Add(-ms) }, true},
+		{"searching: sent at the reaction", searching, func(p *adaptivePacer) time.Time { return p.reacted }, true},
+		{"searching: sent within two round trips", searching, func(p *adaptivePacer) time.Time { return p.reacted.Add(window(p)) }, true},
+		{"searching: sent after", searching, func(p *adaptivePacer) time.Time { return p.reacted.Add(window(p) + ms) }, false},
+		{"steady: sent before the decrease", steady, func(p *adaptivePacer) time.Time { return p.reacted.Add(-ms) }, true},
+		{"steady: sent at the decrease", steady, func(p *adaptivePacer) time.Time { return p.reacted }, true},
+		{"steady: sent within two round trips", steady, func(p *adaptivePacer) time.Time { return p.reacted.Add(window(p)) }, true},
+		{"steady: sent after", steady, func(p *adaptivePacer) time.Time { return p.reacted.Add(window(p) + ms) }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.p()
+			sent := tt.sent(p)
+			before := *p
+			before.releases = slices.Clone(p.releases)
+			now := sent.Add(10 * ms)
+			p.throttled(sent, now, now.Add(time.Second))
+			if tt.ignored {
+				before.rtt = p.rtt
+				assert.Equal(t, before, *p, "the same congestion, seen late: nothing but the round trip changes")
+				return
+			}
+			assert.Equal(t, pacerSteady, p.state, "a decrease")
+			assert.Equal(t, now, p.reacted)
+			assert.Equal(t, now, p.start)
+		})
+	}
 }
