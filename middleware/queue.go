@@ -287,9 +287,22 @@ func (q *queue) acquire(ctx context.Context, t *target, notBefore, deadline time
 			held(now, at)
 			err = waitFor(ctx, q.clock, at.Sub(now), w.wake)
 		} else {
+			// Behind others it leaves no earlier than it becomes eligible,
+			// and not at all once its deadline has come: refuse it then
+			// rather than when its turn comes, maybe long after.
+			now = q.clock.Now()
+			if !deadline.IsZero() && (w.eligible.After(deadline) || !now.Before(deadline)) {
+				heap.Remove(&s.waiters, w.index)
+				s.mu.Unlock()
+				return errHoldTooLong
+			}
 			s.mu.Unlock()
 			held(now, now.Add(time.Nanosecond))
-			err = waitFor(ctx, q.clock, -1, w.wake)
+			wait := time.Duration(-1)
+			if !deadline.IsZero() {
+				wait = deadline.Sub(now)
+			}
+			err = waitFor(ctx, q.clock, wait, w.wake)
 		}
 		s.mu.Lock()
 		if err != nil {

@@ -502,3 +502,88 @@ func TestQueueReleasePacing(t *testing.T) {
 		}
 	})
 }
+
+func TestQueueCancelWhileHeld(t *testing.T) {
+	const s = time.Second
+	tests := []struct {
+		name   string
+		cancel int
+		want   []acquired // after the cancellation
+	}{
+		{"the head", 0, []acquired{{id: 1, at: 10 * s}, {id: 2, at: 10*s + 100*time.Millisecond}}},
+		{"the middle", 1, []acquired{{id: 0, at: 10 * s}, {id: 2, at: 10*s + 100*time.Millisecond}}},
+		{"the last", 2, []acquired{{id: 0, at: 10 * s}, {id: 1, at: 10*s + 100*time.Millisecond}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHolders(t, options.QueueOptions{})
+				h.q.newPacer = func(time.Time) pacer { return &fixedPacer{every: 100 * time.Millisecond} }
+				h.q.throttled(targetOf(t, graph+"/v1.0/me"), t0, t0, t0.Add(10*s))
+				for range 3 {
+					h.hold(graph+"/v1.0/me", t0, time.Time{})
+				}
+				require.Empty(t, h.done(), "all held")
+				require.Equal(t, []time.Duration{10 * s}, h.clk.Pending(), "only the head waits on a timer")
+
+				h.cancels[tt.cancel]()
+				synctest.Wait()
+				assert.Equal(t, []acquired{{id: tt.cancel, err: context.Canceled}}, h.done(), "canceled at once")
+				assert.Equal(t, 2, h.waiters("graph.test"), "removed from the queue")
+				assert.Equal(t, []time.Duration{10 * s}, h.clk.Pending(), "the new head waits for the throttle's end")
+
+				assert.Equal(t, tt.want, h.run()[1:])
+				assert.Zero(t, h.waiters("graph.test"))
+				assert.Empty(t, h.clk.Pending(), "timers left")
+			})
+		})
+	}
+}
+
+func TestQueueDeadline(t *testing.T) {
+	const (
+		s  = time.Second
+		ms = time.Millisecond
+	)
+	type hold struct {
+		url      string
+		deadline time.Duration // after t0; 0: none
+	}
+	me := graph + "/v1.0/me"
+	tests := []struct {
+		name string
+		end  time.Duration // of the throttle of /v1.0/me
+		held []hold
+		want []acquired
+	}{
+		{"released after the deadline: refused at once", 10 * s, []hold{{me, 5 * s}}, []acquired{{id: 0, err: errHoldTooLong}}},
+		{"released at the deadline", 10 * s, []hold{{me, 10 * s}}, []acquired{{id: 0, at: 10 * s}}},
+		{"released before the deadline", 10 * s, []hold{{me, 15 * s}}, []acquired{{id: 0, at: 10 * s}}},
+		{"behind another held request: refused at once", 10 * s, []hold{{me, 0}, {me, 5 * s}}, []acquired{{id: 1, err: errHoldTooLong}, {id: 0, at: 10 * s}}},
+		{"paced past the deadline: refused at once", 0, []hold{{me, 0}, {me, 50 * ms}}, []acquired{{id: 0}, {id: 1, err: errHoldTooLong}}},
+		{"paced before the deadline", 0, []hold{{me, 0}, {me, 100 * ms}}, []acquired{{id: 0}, {id: 1, at: 100 * ms}}},
+		{
+			"its turn comes after the deadline: refused at the deadline", 1 * s,
+			[]hold{{me, 0}, {me, 0}, {me, 0}, {me, 1150 * ms}},
+			[]acquired{{id: 0, at: 1 * s}, {id: 1, at: 1100 * ms}, {id: 3, err: errHoldTooLong, at: 1150 * ms}, {id: 2, at: 1200 * ms}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHolders(t, options.QueueOptions{})
+				h.q.newPacer = func(time.Time) pacer { return &fixedPacer{every: 100 * time.Millisecond} }
+				h.q.throttled(targetOf(t, me), t0, t0, t0.Add(tt.end))
+				for _, w := range tt.held {
+					var deadline time.Time
+					if w.deadline > 0 {
+						deadline = t0.Add(w.deadline)
+					}
+					h.hold(w.url, t0, deadline)
+				}
+				assert.Equal(t, tt.want, h.run())
+				assert.Empty(t, h.clk.Pending(), "timers left")
+			})
+		})
+	}
+}
