@@ -2,6 +2,8 @@ package middleware
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -586,4 +588,104 @@ func TestQueueDeadline(t *testing.T) {
 			})
 		})
 	}
+}
+
+// tracked returns what the queue remembers for host: URLs, paths and
+// path prefixes, each with the end of its latest throttle.
+func tracked(q *queue, host string) (urls, paths, prefixes map[string]time.Time) {
+	s := q.state(host, false)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	urls, paths, prefixes = maps.Clone(s.urls), maps.Clone(s.paths), map[string]time.Time{}
+	for k, ends := range s.prefixes {
+		prefixes[k] = ends[0]
+	}
+	return urls, paths, prefixes
+}
+
+func TestQueuePrune(t *testing.T) {
+	const s = time.Second
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	tests := []struct {
+		name      string
+		throttled []throttle // each at t0, or at the end of the one before when later
+		now       time.Duration
+		extra     throttle // throttled at now
+		want      []string // the single segment of each path left, every map alike
+	}{
+		{
+			"under the cap nothing is pruned, expired or not",
+			[]throttle{{graph + "/a", s}, {graph + "/b", s}},
+			3 * s, throttle{graph + "/c", 4 * s},
+			[]string{"a", "b", "c"},
+		},
+		{
+			"over the cap the expired go first",
+			[]throttle{{graph + "/a", s}, {graph + "/b", 5 * s}, {graph + "/c", s}, {graph + "/d", 5 * s}},
+			2 * s, throttle{graph + "/e", 3 * s},
+			[]string{"b", "d", "e"},
+		},
+		{
+			"over the cap with none expired the earliest ends go",
+			[]throttle{{graph + "/a", 5 * s}, {graph + "/b", 3 * s}, {graph + "/c", 4 * s}, {graph + "/d", 7 * s}},
+			0, throttle{graph + "/e", 6 * s},
+			[]string{"a", "d", "e"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A throttle of /x adds one of each kind: the fifth goes over
+			// the cap, and pruning keeps a quarter of it of each kind.
+			q := newQueue(clocktest.New(t0), options.QueueOptions{MaxTracked: 12, Recovery: s})
+			for _, th := range tt.throttled {
+				q.throttled(targetOf(t, th.url), t0, t0, at(th.end))
+			}
+			q.throttled(targetOf(t, tt.extra.url), at(tt.now), at(tt.now), at(tt.extra.end))
+			urls, paths, prefixes := tracked(q, "graph.test")
+			var keys []string
+			for _, k := range tt.want {
+				keys = append(keys, "/"+k)
+			}
+			assert.ElementsMatch(t, keys, slices.Collect(maps.Keys(urls)), "URLs")
+			assert.ElementsMatch(t, keys, slices.Collect(maps.Keys(paths)), "paths")
+			assert.ElementsMatch(t, tt.want, slices.Collect(maps.Keys(prefixes)), "prefixes")
+		})
+	}
+}
+
+// TestQueueBounded throttles many distinct URLs under one path: the queue
+// never remembers more than MaxTracked entries, and forgetting never
+// loses the shared prefix that the 5-n rule holds its requests by.
+func TestQueueBounded(t *testing.T) {
+	const (
+		n          = 10_000
+		maxTracked = 1024
+	)
+	q := newQueue(clocktest.New(t0), options.QueueOptions{MaxTracked: maxTracked})
+	s := q.state("graph.test", true)
+	size := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.urls) + len(s.paths) + len(s.prefixes)
+	}
+	most := 0
+	for i := range n {
+		now := t0.Add(time.Duration(i) * time.Millisecond)
+		url := fmt.Sprintf("%s/v1.0/users/%d", graph, i)
+		q.throttled(targetOf(t, url), now, now, now.Add(time.Second))
+		most = max(most, size())
+		if i < 2 {
+			continue
+		}
+		until, _ := matchAt(t, q, graph+"/v1.0/users/new", now)
+		// Held until fewer than 3 of the throttles last: the third newest.
+		third := now.Add(-2 * time.Millisecond).Add(time.Second)
+		if !assert.Equal(t, third, until, "after %d throttles, /v1.0/users/new is held by the 5-n rule", i+1) {
+			break
+		}
+		until, _ = matchAt(t, q, url, now)
+		require.Equal(t, now.Add(time.Second), until, "the latest URL is held")
+	}
+	assert.LessOrEqual(t, most, maxTracked)
+	assert.Greater(t, most, maxTracked*9/10, "the cap is used")
 }
