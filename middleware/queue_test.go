@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	nethttplibrary "github.com/microsoft/kiota-http-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -688,4 +689,123 @@ func TestQueueBounded(t *testing.T) {
 	}
 	assert.LessOrEqual(t, most, maxTracked)
 	assert.Greater(t, most, maxTracked*9/10, "the cap is used")
+}
+
+// hit is one attempt a fakeServer saw: its URL, and when, after t0.
+type hit struct {
+	url string
+	at  time.Duration
+}
+
+// fakeServer is an in-memory RoundTripper on a fake clock: it throttles
+// its first attempt for 5 s and lets the others through.
+type fakeServer struct {
+	clk  *clocktest.Clock
+	mu   sync.Mutex
+	hits []hit
+}
+
+func (s *fakeServer) RoundTrip(req *http.Request) (*http.Response, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hits = append(s.hits, hit{req.URL.String(), s.clk.Now().Sub(t0)})
+	resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: req}
+	if len(s.hits) == 1 {
+		resp.StatusCode = http.StatusTooManyRequests
+		resp.Header.Set("Retry-After", "5")
+	}
+	return resp, nil
+}
+
+func (s *fakeServer) seen() []hit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.hits)
+}
+
+// TestQueueThroughHandler sends a request that is throttled for 5 s and,
+// 1 s later, a second one: held by the queue until the throttle ends when
+// it matches and the queue is on for it, else sent at once. A request
+// that opts out of the queue still tells it about its throttle.
+func TestQueueThroughHandler(t *testing.T) {
+	const (
+		s    = time.Second
+		me   = graph + "/v1.0/users/a"
+		held = -1 // the second request is held until the throttle ends
+	)
+	tests := []struct {
+		name      string
+		queueOff  bool // handler-wide
+		firstOut  bool // the first request opts out
+		second    string
+		secondOut bool          // the second request opts out
+		secondAt  time.Duration // when the server sees it, or held
+	}{
+		{name: "same URL held", second: me, secondAt: held},
+		{name: "same path held", second: me + "?$select=id", secondAt: held},
+		{name: "other host not held", second: "https://other.test/v1.0/users/a", secondAt: s},
+		{name: "unrelated path not held", second: graph + "/beta/groups", secondAt: s},
+		{name: "opted out: not held", second: me, secondOut: true, secondAt: s},
+		{name: "an opted-out request's throttle holds the others", firstOut: true, second: me, secondAt: held},
+		{name: "queue off: not held", queueOff: true, second: me, secondAt: s},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				clk := clocktest.New(t0)
+				srv := &fakeServer{clk: clk}
+				immediate := options.PolicyFunc(func(a options.Attempt) (time.Duration, bool) { return 0, a.Retry <= 3 })
+				h, err := NewRetryHandler(options.RetryHandlerOptions{Clock: clk, Policy: immediate, Queue: options.QueueOptions{Disabled: tt.queueOff}})
+				require.NoError(t, err)
+				client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(srv, h)}
+				var wg sync.WaitGroup
+				send := func(url string, optOut bool) {
+					ctx := context.Background()
+					if optOut {
+						ctx = context.WithValue(ctx, options.Key(), &options.RetryHandlerOptions{Policy: immediate, Queue: options.QueueOptions{Disabled: true}})
+					}
+					req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+					require.NoError(t, err)
+					wg.Go(func() {
+						resp, err := client.Do(req)
+						if assert.NoError(t, err) {
+							assert.Equal(t, http.StatusOK, resp.StatusCode)
+							_ = resp.Body.Close()
+						}
+					})
+					synctest.Wait()
+				}
+
+				send(me, tt.firstOut)
+				require.Equal(t, []hit{{me, 0}}, srv.seen(), "throttled")
+				clk.Advance(s)
+				send(tt.second, tt.secondOut)
+				finished := make(chan struct{})
+				go func() { wg.Wait(); close(finished) }()
+				for {
+					synctest.Wait()
+					select {
+					case <-finished:
+					default:
+						p := clk.Pending()
+						require.NotEmpty(t, p, "requests blocked with no timer to wake them")
+						clk.Advance(p[0])
+						continue
+					}
+					break
+				}
+
+				hits := srv.seen()
+				require.Len(t, hits, 3)
+				if tt.secondAt != held {
+					assert.Equal(t, []hit{{me, 0}, {tt.second, s}, {me, 5 * s}}, hits, "sent at once; the throttled one retried after Retry-After")
+					return
+				}
+				assert.Equal(t, []hit{{me, 0}, {me, 5 * s}}, hits[:2], "the throttled one retried after Retry-After")
+				assert.Equal(t, tt.second, hits[2].url, "then the held one")
+				assert.GreaterOrEqual(t, hits[2].at, 5*s, "held until the throttle ends")
+				assert.Less(t, hits[2].at, 6*s, "and released soon after")
+			})
+		})
+	}
 }
