@@ -809,3 +809,73 @@ func TestQueueThroughHandler(t *testing.T) {
 		})
 	}
 }
+
+// bucket is a server's token bucket: rate tokens a second, at most burst.
+type bucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+// take reports whether the bucket lets a request through at now.
+func (b *bucket) take(now time.Time) bool {
+	b.tokens = min(b.burst, b.tokens+b.rate*now.Sub(b.last).Seconds())
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// TestAdaptivePacerFit runs the pacer's search against a server's token
+// bucket that is full when the search begins: the release it throttles,
+// told to the pacer latency later (releases going on meanwhile), must
+// bring the pacer down to fitShare of the server's rate, however late the
+// throttle is heard of.
+func TestAdaptivePacerFit(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		rate    float64
+		burst   int
+		latency time.Duration
+	}{
+		{400, 40, 0},
+		{400, 40, 1 * ms},
+		{400, 40, 5 * ms},
+		{400, 40, 50 * ms},
+		{100, 10, 0},
+		{100, 10, 5 * ms},
+		{1000, 10, 0},
+		{1000, 10, 5 * ms},
+		{1000, 200, 5 * ms},
+		{5000, 40, 5 * ms},
+		{400, 1, 0},
+		{400, 1, 50 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("R=%v B=%v latency=%v", tt.rate, tt.burst, tt.latency), func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			// The first wave, sent at t0 and answered 1 ms later.
+			for range tt.burst {
+				p.succeeded(t0, t0.Add(ms))
+			}
+			p.throttled(t0, t0.Add(ms), t0.Add(time.Second))
+			server := &bucket{rate: tt.rate, burst: float64(tt.burst), tokens: float64(tt.burst), last: p.start}
+			var throttled time.Time
+			for now := p.next(t0); throttled.IsZero() || now.Before(throttled.Add(tt.latency)); now = p.next(now) {
+				p.sent(now)
+				if !server.take(now) && throttled.IsZero() {
+					throttled = now
+				}
+			}
+			now := throttled.Add(tt.latency)
+			p.throttled(throttled, now, now.Add(time.Second))
+			require.Equal(t, pacerSteady, p.state)
+			// The throttle tells that the bucket held less than a token: the
+			// fit resolves the rate to a token over the time it drained,
+			// within a few % above the server's rate, never below it.
+			assert.GreaterOrEqual(t, p.base, fitShare*tt.rate, "fitted rate")
+			assert.LessOrEqual(t, p.base, fitShare*tt.rate*1.06, "fitted rate")
+		})
+	}
+}
