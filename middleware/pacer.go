@@ -205,8 +205,11 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 		}
 		return 1
 	})
+	// A throttle the fit cannot explain is a plain decrease from the rate
+	// the pacer was releasing at.
+	plain := max(p.rate, p.rateAt(sent)) * backoff
 	if n == 0 {
-		return p.rate * backoff
+		return plain
 	}
 	dry := func(rate float64) bool {
 		tokens, capacity, prev := p.stored, float64(max(p.burst, 1)), time.Duration(0)
@@ -222,8 +225,14 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 	lo, hi := 0.0, max(p.rate, 1)
 	if dry(hi) {
 		// Even the last release rate ran it dry: the server's limit is below
-		// anything the fit can tell apart; fall back on a plain decrease.
-		return p.rate * backoff
+		// anything the fit can tell apart.
+		return plain
+	}
+	if !dry(0) {
+		// The releases alone never emptied the bucket: other traffic did
+		// (another client, requests the queue did not pace). Fitting would
+		// find a rate near zero.
+		return plain
 	}
 	for range 40 {
 		mid := (lo + hi) / 2

@@ -879,3 +879,37 @@ func TestAdaptivePacerFit(t *testing.T) {
 		})
 	}
 }
+
+// TestAdaptivePacerUnexplainedThrottle checks that a throttle the pacer's
+// own releases cannot explain (another client, or requests the queue did
+// not pace, emptied the server's bucket) is a plain decrease from the rate
+// the pacer was releasing at, not a fall to the least rate.
+func TestAdaptivePacerUnexplainedThrottle(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		name     string
+		releases int // 2 ms apart from the search's start
+		sent     time.Duration
+	}{
+		{"two releases into a burst of 40", 2, 10 * ms},
+		{"none yet", 0, 5 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			for range 40 {
+				p.succeeded(t0, t0.Add(ms))
+			}
+			p.throttled(t0, t0.Add(ms), t0.Add(time.Second))
+			for i := range tt.releases {
+				p.sent(p.start.Add(time.Duration(i) * 2 * ms))
+			}
+			sent := p.start.Add(tt.sent)
+			want := backoff * max(p.rate, p.rateAt(sent))
+			p.throttled(sent, sent.Add(ms), sent.Add(time.Second))
+			require.Equal(t, pacerSteady, p.state)
+			assert.InDelta(t, want, p.base, 1e-9)
+			assert.Greater(t, p.base, 35.0, "40 a second or more before the throttle")
+		})
+	}
+}
