@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -23,13 +24,13 @@ const (
 	// doubling is how often the rate doubles while it searches for the
 	// server's rate after the first throttle.
 	doubling = 50 * time.Millisecond
-	// slot is the resolution of the release counts the fit replays, and
-	// maxSlots how far back they go.
-	slot     = 5 * time.Millisecond
-	maxSlots = int(30 * time.Second / slot)
+	// maxReleases bounds the release times kept for the fit: 30 s at
+	// about 500 releases a second.
+	maxReleases = 1 << 14
 	// fitShare is the share of the fitted server rate released at, so that
-	// the release stays just under the server's limit.
-	fitShare = 0.92
+	// the release stays just under the server's limit: the fit lands within
+	// a few % above it.
+	fitShare = 0.97
 	// backoff is the share of the rate kept after a throttle that the fit
 	// cannot explain, and the depth of the CUBIC curve's dip.
 	backoff = 0.9
@@ -69,9 +70,10 @@ type adaptivePacer struct {
 	burst   int       // successes of the requests sent before the first answer
 	first   time.Time // the host's first answer
 	rate    float64   // rate of the last release
-	// releases counts releases per slot since start, to fit the server's
-	// rate; stored is what the server's bucket held at start.
-	releases []int
+	// releases holds the time since start of each release since start, in
+	// order, to fit the server's rate; stored is what the server's bucket
+	// held at start.
+	releases []time.Duration
 	stored   float64
 	// rtt is a decaying maximum of the time from release to answer:
 	// requests released within two of it after a decrease may still meet
@@ -139,11 +141,8 @@ func (p *adaptivePacer) sent(now time.Time) {
 	}
 	p.rate = r
 	p.last = now
-	if i := int(now.Sub(p.start) / slot); i >= 0 && i < maxSlots {
-		for len(p.releases) <= i {
-			p.releases = append(p.releases, 0)
-		}
-		p.releases[i]++
+	if d := now.Sub(p.start); d >= 0 && len(p.releases) < maxReleases {
+		p.releases = append(p.releases, d)
 	}
 }
 
@@ -192,17 +191,31 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 }
 
 // fit returns the refill rate at which a token bucket holding p.stored
-// tokens at p.start, of capacity p.burst, would first run dry in the slot
-// in which the throttled request was sent, given the releases since.
+// tokens at p.start, of capacity p.burst, would first run dry at the
+// throttled request's release, given the releases since. It replays each
+// release at its own time: counts per interval would credit a whole
+// interval's refill before its releases and, once the throttle is heard
+// of, count the releases made after the throttled one, overestimating the
+// server's rate by a fifth or more.
 func (p *adaptivePacer) fit(sent time.Time) float64 {
-	last := min(int(sent.Sub(p.start)/slot), len(p.releases)-1)
-	if last < 0 {
-		return p.rate * backoff
+	upto := sent.Sub(p.start)
+	n, _ := slices.BinarySearchFunc(p.releases, upto, func(at, upto time.Duration) int {
+		if at <= upto {
+			return -1
+		}
+		return 1
+	})
+	// A throttle the fit cannot explain is a plain decrease from the rate
+	// the pacer was releasing at.
+	plain := max(p.rate, p.rateAt(sent)) * backoff
+	if n == 0 {
+		return plain
 	}
 	dry := func(rate float64) bool {
-		tokens, capacity := p.stored, float64(max(p.burst, 1))
-		for i := 0; i <= last; i++ {
-			tokens = min(capacity, tokens+rate*slot.Seconds()) - float64(p.releases[i])
+		tokens, capacity, prev := p.stored, float64(max(p.burst, 1)), time.Duration(0)
+		for _, at := range p.releases[:n] {
+			tokens = min(capacity, tokens+rate*(at-prev).Seconds()) - 1
+			prev = at
 			if tokens < 0 {
 				return true
 			}
@@ -212,8 +225,14 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 	lo, hi := 0.0, max(p.rate, 1)
 	if dry(hi) {
 		// Even the last release rate ran it dry: the server's limit is below
-		// anything the fit can tell apart; fall back on a plain decrease.
-		return p.rate * backoff
+		// anything the fit can tell apart.
+		return plain
+	}
+	if !dry(0) {
+		// The releases alone never emptied the bucket: other traffic did
+		// (another client, requests the queue did not pace). Fitting would
+		// find a rate near zero.
+		return plain
 	}
 	for range 40 {
 		mid := (lo + hi) / 2

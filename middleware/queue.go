@@ -188,27 +188,32 @@ func (q *queue) prune(s *hostState, now time.Time) {
 			delete(s.prefixes, k)
 		}
 	}
-	for _, m := range []map[string]time.Time{s.urls, s.paths} {
-		if excess := len(m) - q.maxTracked/3; excess > 0 {
-			ends := make([]time.Time, 0, len(m))
-			for _, end := range m {
-				ends = append(ends, end)
-			}
-			slices.SortFunc(ends, time.Time.Compare)
-			cut := ends[excess-1]
-			for k, end := range m {
-				if !end.After(cut) {
-					delete(m, k)
-				}
-			}
-		}
+	// Each kind keeps a quarter of the cap, so that a quarter stays free
+	// and pruning, which sorts, runs once in many throttles, not at each.
+	keep := q.maxTracked / 4
+	dropEarliest(s.urls, keep, func(end time.Time) time.Time { return end })
+	dropEarliest(s.paths, keep, func(end time.Time) time.Time { return end })
+	// A prefix's newest end is when it last mattered: a prefix shared by
+	// many throttled requests, the one the 5-n rule holds by, is kept.
+	dropEarliest(s.prefixes, keep, func(ends []time.Time) time.Time { return ends[0] })
+}
+
+// dropEarliest deletes the entries of m that end first, so that at most
+// keep remain.
+func dropEarliest[V any](m map[string]V, keep int, end func(V) time.Time) {
+	excess := len(m) - keep
+	if excess <= 0 {
+		return
 	}
-	if excess := len(s.prefixes) - q.maxTracked/3; excess > 0 {
-		for k := range s.prefixes {
-			delete(s.prefixes, k)
-			if excess--; excess == 0 {
-				break
-			}
+	ends := make([]time.Time, 0, len(m))
+	for _, v := range m {
+		ends = append(ends, end(v))
+	}
+	slices.SortFunc(ends, time.Time.Compare)
+	cut := ends[excess-1]
+	for k, v := range m {
+		if !end(v).After(cut) {
+			delete(m, k)
 		}
 	}
 }
@@ -287,9 +292,22 @@ func (q *queue) acquire(ctx context.Context, t *target, notBefore, deadline time
 			held(now, at)
 			err = waitFor(ctx, q.clock, at.Sub(now), w.wake)
 		} else {
+			// Behind others it leaves no earlier than it becomes eligible,
+			// and not at all once its deadline has come: refuse it then
+			// rather than when its turn comes, maybe long after.
+			now = q.clock.Now()
+			if !deadline.IsZero() && (w.eligible.After(deadline) || !now.Before(deadline)) {
+				heap.Remove(&s.waiters, w.index)
+				s.mu.Unlock()
+				return errHoldTooLong
+			}
 			s.mu.Unlock()
 			held(now, now.Add(time.Nanosecond))
-			err = waitFor(ctx, q.clock, -1, w.wake)
+			wait := time.Duration(-1)
+			if !deadline.IsZero() {
+				wait = deadline.Sub(now)
+			}
+			err = waitFor(ctx, q.clock, wait, w.wake)
 		}
 		s.mu.Lock()
 		if err != nil {
