@@ -27,15 +27,21 @@ const (
 	// maxReleases bounds the release times kept for the fit: 30 s at
 	// about 500 releases a second.
 	maxReleases = 1 << 14
+	// catchUp is how far behind its slots the release may run and still
+	// catch up, which absorbs timer and scheduling slack.
+	catchUp = 10 * time.Millisecond
 	// fitShare is the share of the fitted server rate released at, so that
 	// the release stays just under the server's limit: the fit lands within
 	// a few % above it.
 	fitShare = 0.97
 	// backoff is the share of the rate kept after a throttle that the fit
-	// cannot explain, and the depth of the CUBIC curve's dip.
+	// cannot explain.
 	backoff = 0.9
+	// dip is where the CUBIC curve starts after a fit, as a share of the
+	// fitted rate: the fit is close, so the curve need not fall far.
+	dip = 0.97
 	// cubic scales the CUBIC-style recovery after a backoff: the rate
-	// climbs back to the measured rate in cbrt((1-backoff)/cubic) ≈ 3.2 s,
+	// climbs back to the measured rate in cbrt((1-dip)/cubic) ≈ 2.2 s,
 	// stays near it, then probes beyond it ever faster, so that a server
 	// whose limit rises, or a rate measured too low, is caught up with.
 	cubic = 0.003
@@ -47,19 +53,21 @@ const (
 //
 // Before any throttle it does not pace. Of the requests sent before the
 // host's first answer, as many succeed as the server lets through at once:
-// that is its burst. Release then starts at that burst per Retry-After period and
-// doubles every 50 ms, like TCP's slow start, until the server throttles
-// again. The pacer then fits the server's rate: it replays its own releases
-// since the search began against a token bucket of the learned burst and
-// finds the refill rate at which that bucket would have run dry exactly
-// when the throttled request was sent. Release goes on at once at 92 % of
-// it (only the throttled target is held, by the queue's rules) and recovers
-// along a CUBIC curve: back to the fitted rate in a few seconds, flat near
-// it, then probing beyond, so that a server whose limit rises is followed.
-// Each later throttle is fitted the same way from the previous one, when
-// the server's bucket was empty. A throttle of a request sent before the
-// last decrease, or within two round trips after it, is the same
-// congestion seen late and is not counted twice.
+// that is its burst. Release then starts at that burst per Retry-After
+// period and doubles once per round trip (at least 50 ms), like TCP's slow
+// start, until the server throttles again. The pacer then fits the
+// server's rate: it replays its own releases since the search began
+// against a token bucket of the learned burst and finds the refill rate at
+// which that bucket would have run dry exactly when the throttled request
+// was sent. Release goes on at once at 97 % of it (only the throttled
+// target is held, by the queue's rules) along a CUBIC curve: 3 % under,
+// back to it in about 2 s, flat near it, then probing beyond, so that a
+// server whose limit rises is followed. Each later throttle is fitted the
+// same way from the previous one, when the server's bucket was empty. A
+// throttle of a request sent before the last decrease, or within two
+// round trips after it, is the same congestion seen late and is not
+// counted twice. Releases are due at their slots, so a late timer does not
+// lower the rate.
 type adaptivePacer struct {
 	state   pacerState
 	base    float64   // steady: the fitted rate
@@ -100,9 +108,12 @@ func (p *adaptivePacer) rateAt(now time.Time) float64 {
 	case pacerSearching:
 		// The first wave's successes keep arriving after its first throttle,
 		// so the starting rate is read when it is needed.
-		r = float64(max(p.burst, 1)) / p.period * math.Exp2(elapsed/doubling.Seconds())
+		// Doubling once per round trip, as TCP's slow start does, keeps the
+		// overshoot before the server's answer comes back to a few times.
+		step := max(doubling, p.rtt).Seconds()
+		r = float64(max(p.burst, 1)) / p.period * math.Exp2(elapsed/step)
 	default:
-		k := math.Cbrt((1 - backoff) / cubic)
+		k := math.Cbrt((1 - dip) / cubic)
 		r = p.base * (1 + cubic*math.Pow(elapsed-k, 3))
 	}
 	return min(r, maxRate)
@@ -140,7 +151,11 @@ func (p *adaptivePacer) sent(now time.Time) {
 		return
 	}
 	p.rate = r
-	p.last = now
+	// The release is due at its slot (computed from the previous one): a
+	// wake-up that came late must not push every later slot back, or timer
+	// slack alone holds the rate well under the pace. At most catchUp of
+	// lag is made up, so an idle queue lets out no more than that at once.
+	p.last = later(p.next(now), now.Add(-catchUp))
 	if d := now.Sub(p.start); d >= 0 && len(p.releases) < maxReleases {
 		p.releases = append(p.releases, d)
 	}
