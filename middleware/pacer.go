@@ -195,7 +195,15 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		// The server's bucket refills while the first wave is held.
 		p.stored = float64(max(p.burst, 1))
 	default:
-		p.base = max(p.fit(sent), 1)
+		// However the fit reads a noisy round, one throttle never more than
+		// halves a steady rate, and the search never ends below the rate
+		// it started from, which the server already sustained: the pace
+		// cannot collapse.
+		floor := float64(max(p.burst, 1)) / p.period
+		if p.state == pacerSteady {
+			floor = p.rateAt(sent) / 2
+		}
+		p.base = max(p.fit(sent), floor, 1)
 		p.state = pacerSteady
 		p.start = now
 		p.reacted = now

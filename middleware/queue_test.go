@@ -910,7 +910,8 @@ func TestAdaptivePacerUnexplainedThrottle(t *testing.T) {
 				p.sent(p.start.Add(time.Duration(i) * 2 * ms))
 			}
 			sent := p.start.Add(tt.sent)
-			want := backoff * max(p.rate, p.rateAt(sent))
+			// A plain decrease, but never below the search's start (40/s).
+			want := max(backoff*max(p.rate, p.rateAt(sent)), 40)
 			p.throttled(sent, sent.Add(ms), sent.Add(time.Second))
 			require.Equal(t, pacerSteady, p.state)
 			assert.InDelta(t, want, p.base, 1e-9)
