@@ -91,10 +91,35 @@ func TestCountingTransportFindsUnclosedBodies(t *testing.T) {
 		}
 	}
 	assert.Equal(t, int64(2), ct.leaked())
+	_, ok := ct.firstSent("r1")
+	assert.False(t, ok, "requests without an id are not tracked")
 	for _, b := range open {
 		b.Close()
 	}
 	assert.Equal(t, int64(0), ct.leaked())
+}
+
+func TestCountingTransportNotesTheFirstAttempt(t *testing.T) {
+	srv := throttletest.NewServer(throttletest.Config{})
+	defer srv.Close()
+	base := newBaseTransport(4)
+	defer base.CloseIdleConnections()
+	ct := &countingTransport{base: base}
+	send := func() {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+"/users/1", nil)
+		require.NoError(t, err)
+		req.Header.Set(throttletest.HeaderRequestID, "r1")
+		resp, err := ct.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	before := time.Now()
+	send()
+	after := time.Now()
+	send() // a retry of the same request
+	sent, ok := ct.firstSent("r1")
+	require.True(t, ok)
+	assert.False(t, sent.Before(before) || sent.After(after), "first sent at %v, want within [%v, %v]", sent, before, after)
 }
 
 func TestScenarioTargets(t *testing.T) {
@@ -164,7 +189,7 @@ func TestReportsAreWritten(t *testing.T) {
 		for _, cl := range clients {
 			g.results = append(g.results, result{client: cl, scenario: sc, method: "GET", p: p, limit: sc.limit(p),
 				succeeded: 3, errored: 1, attempts: 6, throttled: 2, wall: 3 * time.Second, firstErr: "boom\nbang",
-				open:        openAPI{n: 2, held: 1, maxLag: 700 * time.Millisecond},
+				open:        openAPI{n: 2, held: 1, maxHold: 700 * time.Millisecond},
 				completions: []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}})
 		}
 		groups = append(groups, g)
@@ -180,12 +205,13 @@ func TestReportsAreWritten(t *testing.T) {
 
 	dir := t.TempDir()
 	require.NoError(t, writeChart(dir+"/chart.png", p, groups, []string{"GET"}))
-	require.NoError(t, writeResults(dir+"/RESULTS.md", "chart.png", "go run .", p, groups))
+	require.NoError(t, writeResults(dir+"/RESULTS.md", "chart.png", "go run .", "load average 1.00 before", p, groups))
 	png, err := os.ReadFile(dir + "/chart.png")
 	require.NoError(t, err)
 	assert.Equal(t, "\x89PNG", string(png[:4]))
 	md, err := os.ReadFile(dir + "/RESULTS.md")
 	require.NoError(t, err)
 	assert.Contains(t, string(md), "![completed requests over time](chart.png)")
+	assert.Contains(t, string(md), ", load average 1.00 before.")
 	assert.Equal(t, len(scenarios), strings.Count(string(md), "\n### "))
 }

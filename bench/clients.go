@@ -15,6 +15,7 @@ import (
 
 	"github.com/kiota-resilience/kiota-resilience-go/middleware"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
+	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
 )
 
 // client is one retrying HTTP client under test. build returns a fresh
@@ -97,20 +98,37 @@ func newBaseTransport(workers int) *http.Transport {
 	}
 }
 
-// countingTransport counts the response bodies that come out of its base
-// transport and the ones closed again, to find bodies a client leaks.
+// countingTransport sits below every client's retry logic, on the base
+// transport. It counts the response bodies that come out of the base
+// transport and the ones closed again, to find bodies a client leaks, and
+// notes when each request's first attempt left the client, to find
+// requests the client held back.
 type countingTransport struct {
 	base           http.RoundTripper
 	opened, closed atomic.Int64
+	sent           sync.Map // throttletest.HeaderRequestID value → time.Time
 }
 
 func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if id := req.Header.Get(throttletest.HeaderRequestID); id != "" {
+		t.sent.LoadOrStore(id, time.Now())
+	}
 	resp, err := t.base.RoundTrip(req)
 	if resp != nil && resp.Body != nil {
 		t.opened.Add(1)
 		resp.Body = &countedBody{ReadCloser: resp.Body, t: t}
 	}
 	return resp, err
+}
+
+// firstSent returns when the first attempt of request id reached the base
+// transport.
+func (t *countingTransport) firstSent(id string) (time.Time, bool) {
+	v, ok := t.sent.Load(id)
+	if !ok {
+		return time.Time{}, false
+	}
+	return v.(time.Time), true
 }
 
 // leaked returns the bodies opened but not closed so far.

@@ -49,7 +49,7 @@ func mainErr(args []string) error {
 	fs.DurationVar(&p.outage, "outage", 2*time.Second, "length of the 503 outage in scenario b")
 	fs.DurationVar(&p.reqTimeout, "timeout", 60*time.Second, "cap on one request, retries included")
 	fs.DurationVar(&p.runTimeout, "run-timeout", 3*time.Minute, "cap on one client's run; requests still going then count as errors")
-	fs.DurationVar(&p.heldAfter, "held", 500*time.Millisecond, "a request to the API that is not throttled counts as held when its first attempt arrives later than this after it was issued")
+	fs.DurationVar(&p.heldAfter, "held", 100*time.Millisecond, "a request to the API that is not throttled counts as held when its first attempt arrives later than this after it was issued")
 	scenarioList := fs.String("scenarios", keys(scenarios, func(s scenario) string { return s.key }), "comma-separated scenarios")
 	clientList := fs.String("clients", keys(clients, func(c client) string { return c.key }), "comma-separated clients")
 	methodList := fs.String("methods", "GET,POST", "comma-separated methods: GET, POST")
@@ -80,6 +80,7 @@ func mainErr(args []string) error {
 		}
 	}
 
+	loadBefore := loadAverage()
 	var groups []group
 	for _, sc := range scs {
 		for _, m := range methods {
@@ -106,7 +107,26 @@ func mainErr(args []string) error {
 		return err
 	}
 	command := "go run . " + strings.Join(args, " ")
-	return writeResults(filepath.Join(*out, "RESULTS.md"), chart, strings.TrimSpace(command), p, groups)
+	load := ""
+	if loadBefore != "" {
+		load = fmt.Sprintf("load average %s before the run and %s after it", loadBefore, loadAverage())
+	}
+	return writeResults(filepath.Join(*out, "RESULTS.md"), chart, strings.TrimSpace(command), load, p, groups)
+}
+
+// loadAverage returns the machine's 1-minute load average where the
+// system tells it, so that readers can judge how busy the machine was;
+// "" elsewhere.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }
 
 func (p params) validate() error {

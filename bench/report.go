@@ -44,7 +44,7 @@ func writeTable(w io.Writer, g group, p params) {
 	head := "| client | ok | failed | errors | attempts/req | 429s/req | wall | wall/limit | p50 | p99 | bodies leaked | goroutines left | bad bodies | sent early |"
 	rule := "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
 	if g.scenario.split {
-		head += " open API: held | open API: max lag | open API: p99 | open API: 429s |"
+		head += " open API: held | open API: max hold | open API: p99 | open API: 429s |"
 		rule += "--:|--:|--:|--:|"
 	}
 	fmt.Fprintln(w, head)
@@ -54,7 +54,7 @@ func writeTable(w io.Writer, g group, p params) {
 			r.client.name, r.succeeded, r.failed, r.errored, r.attemptsPerRequest(), r.throttledPerRequest(),
 			secs(r.wall), r.overLimit(), secs(r.p50), secs(r.p99), r.leaked, r.goroutines, r.badBody, r.early)
 		if g.scenario.split {
-			fmt.Fprintf(w, " %d of %d | %s | %s | %d |", r.open.held, r.open.n, secs(r.open.maxLag), secs(r.open.p99), r.open.throttled)
+			fmt.Fprintf(w, " %d of %d | %s | %s | %d |", r.open.held, r.open.n, secs(r.open.maxHold), secs(r.open.p99), r.open.throttled)
 		}
 		fmt.Fprintln(w)
 	}
@@ -88,7 +88,7 @@ func oneLine(s string) string {
 
 // writeResults writes RESULTS.md: how the run was made, what each column
 // means, and the tables.
-func writeResults(path, chart, command string, p params, groups []group) error {
+func writeResults(path, chart, command, load string, p params, groups []group) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("writing results: %w", err)
@@ -97,8 +97,12 @@ func writeResults(path, chart, command string, p params, groups []group) error {
 	fmt.Fprintf(w, "# Throttle benchmark\n\n")
 	fmt.Fprintf(w, "Every client below sends the same workload to an embedded loopback server from "+
 		"[`throttletest`](../throttletest) that throttles like Microsoft Graph. Reproduce with `make bench` "+
-		"(or `cd bench && go run . -out .`); this run: `%s`, %s, %s/%s, %d CPUs, %s.\n\n",
+		"(or `cd bench && go run . -out .`); this run: `%s`, %s, %s/%s, %d CPUs, %s",
 		command, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"))
+	if load != "" {
+		fmt.Fprintf(w, ", %s", load)
+	}
+	fmt.Fprint(w, ".\n\n")
 	fmt.Fprintf(w, "Workload: n=%d requests from c=%d concurrent workers, each request once through the client's `Do` "+
 		"with a %s context cap (the whole run is capped at %s); the workload reads and closes every body it gets. "+
 		"GET reads one item; POST sends a small JSON body from a `bytes.Reader`, as a plain `http.Client` user does. "+
@@ -131,7 +135,7 @@ func columns(p params) string {
 - **goroutines left**: `+"`runtime.NumGoroutine`"+` after the run minus before it, once idle connections are closed and the count settles; connections held by leaked bodies keep theirs.
 - **bad bodies**: requests of which an attempt reached the server with a body whose SHA-256 differs from the one the workload declared in `+"`X-Body-Sha256`"+`.
 - **sent early**: attempts that reached the server before the time named by the `+"`Retry-After`"+` of the previous answer to the same request (tolerance %s for clock granularity).
-- **open API** (scenarios c): the requests to the API that is not throttled. **held**: how many of them reached the server more than %s after the application issued them (the workload stamps `+"`X-Issued-At`"+` before `+"`Do`"+`; the server subtracts it from the first attempt's arrival), a delay no transport causes on loopback but a queue holding them would; **max lag**: the longest such delay; **429s**: throttled answers they got (never any: that API is not throttled).
+- **open API** (scenarios c): the requests to the API that is not throttled. **held**: how many of them left the client (reached the base transport, below all retry logic) more than %s after the application called `+"`Do`"+`; the code in between takes microseconds, so only a client that holds requests back (or a badly overloaded machine) gets there. It is measured in the client rather than at the server because the server's view adds dialling, accepting and scheduling, which on a loaded machine delayed even the no-retry client's requests by over a second; **max hold**: the longest such delay, or the whole latency of a request that never left the client; **429s**: throttled answers they got (never any: that API is not throttled).
 `, throttletest.EarlyTolerance, p.heldAfter)
 }
 
@@ -172,8 +176,11 @@ func writeChart(path string, p params, groups []group, methods []string) error {
 			if err != nil {
 				return fmt.Errorf("drawing %s in %s: %w", r.client.key, g.scenario.key, err)
 			}
-			l.Color = plotutil.DarkColors[clientIndex(r.client.key)%len(plotutil.DarkColors)]
+			l.Color = clientColor(r.client.key)
 			l.Width = vg.Points(1.5)
+			if r.client.key == "ours" {
+				l.Width = vg.Points(2.5)
+			}
 			pl.Add(l)
 			pl.Legend.Add(r.client.name, l)
 		}
@@ -206,13 +213,22 @@ func writeChart(path string, p params, groups []group, methods []string) error {
 	return nil
 }
 
-func clientIndex(key string) int {
-	for i, c := range clients {
-		if c.key == key {
-			return i
-		}
+// clientColor keeps each client's colour the same in every panel.
+func clientColor(key string) color.Color {
+	switch key {
+	case "none":
+		return color.Black
+	case "kiota":
+		return plotutil.DarkColors[1] // green
+	case "retryablehttp":
+		return plotutil.DarkColors[2] // blue
+	case "failsafe":
+		return plotutil.DarkColors[3] // orange
+	case "ours-noqueue":
+		return plotutil.DarkColors[4] // purple
+	default:
+		return plotutil.DarkColors[0] // red
 	}
-	return 0
 }
 
 // idealLine is the most requests any client can have completed by each

@@ -46,8 +46,8 @@ type result struct {
 
 type openAPI struct {
 	n         int
-	held      int           // first attempt reached the server more than p.heldAfter after it was issued
-	maxLag    time.Duration // the longest such delay
+	held      int           // first attempt left the client more than p.heldAfter after it was issued
+	maxHold   time.Duration // the longest such delay
 	p99       time.Duration // client-side latency
 	attempts  int
 	throttled int
@@ -63,6 +63,7 @@ func (r result) overLimit() float64 { return r.wall.Seconds() / r.limit.Seconds(
 type outcome struct {
 	status    int
 	err       error
+	issued    time.Time // when the workload called Do
 	latency   time.Duration
 	completed time.Duration // since the run started
 	throttled bool          // went to the throttled API
@@ -142,18 +143,27 @@ func run(cl client, sc scenario, method string, p params) (result, error) {
 		if rq.BadBody > 0 {
 			res.badBody++
 		}
-		if !sc.split {
-			continue
+		if sc.split && !outcomes[requestIndex(rq.ID)].throttled {
+			res.open.attempts += rq.Attempts
+			res.open.throttled += rq.Throttled
 		}
-		if _, throttled := sc.target(srv, method, requestIndex(rq.ID)); throttled {
-			continue
-		}
-		res.open.n++
-		res.open.attempts += rq.Attempts
-		res.open.throttled += rq.Throttled
-		res.open.maxLag = max(res.open.maxLag, rq.Lag)
-		if rq.Lag > p.heldAfter {
-			res.open.held++
+	}
+	if sc.split {
+		for i, o := range outcomes {
+			if o.throttled {
+				continue
+			}
+			res.open.n++
+			// A request that never left the client was held for as long
+			// as the workload waited for it.
+			hold := o.latency
+			if sent, ok := counting.firstSent(requestID(i)); ok {
+				hold = sent.Sub(o.issued)
+			}
+			res.open.maxHold = max(res.open.maxHold, hold)
+			if hold > p.heldAfter {
+				res.open.held++
+			}
 		}
 	}
 	res.open.p99 = percentile(openLatencies, 0.99)
@@ -186,7 +196,6 @@ func send(ctx context.Context, hc *http.Client, srv *throttletest.Server, sc sce
 		req.Header.Set(throttletest.HeaderBodySHA256, digest)
 	}
 	issued := time.Now()
-	req.Header.Set(throttletest.HeaderIssuedAt, strconv.FormatInt(issued.UnixNano(), 10))
 	resp, err := hc.Do(req)
 	if err == nil {
 		_, err = io.Copy(io.Discard, resp.Body)
@@ -194,7 +203,7 @@ func send(ctx context.Context, hc *http.Client, srv *throttletest.Server, sc sce
 		o.status = resp.StatusCode
 	}
 	done := time.Now()
-	o.err, o.latency, o.completed = err, done.Sub(issued), done.Sub(start)
+	o.err, o.issued, o.latency, o.completed = err, issued, done.Sub(issued), done.Sub(start)
 	return o
 }
 
