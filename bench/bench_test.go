@@ -213,5 +213,6 @@ func TestReportsAreWritten(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(md), "![completed requests over time](chart.png)")
 	assert.Contains(t, string(md), ", load average 1.00 before.")
+	assert.Contains(t, string(md), "| ours (default) | 1.50 | 1.50x | 1 |")
 	assert.Equal(t, len(scenarios), strings.Count(string(md), "\n### "))
 }

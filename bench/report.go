@@ -70,6 +70,34 @@ func writeTable(w io.Writer, g group, p params) {
 	fmt.Fprintln(w)
 }
 
+// writeSummary writes, for scenario (a), the two figures the throttle
+// queue is judged by, side by side for every client and method.
+func writeSummary(w io.Writer, groups []group) {
+	var as []group
+	for _, g := range groups {
+		if g.scenario.key == "a" {
+			as = append(as, g)
+		}
+	}
+	if len(as) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Scenario (a) at a glance (lost = failed + errors):\n\n| client |")
+	for _, g := range as {
+		fmt.Fprintf(w, " %s attempts/req | %s wall/limit | %s lost |", g.method, g.method, g.method)
+	}
+	fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("--:|--:|--:|", len(as)))
+	for i, r := range as[0].results {
+		fmt.Fprintf(w, "| %s |", r.client.name)
+		for _, g := range as {
+			r := g.results[i]
+			fmt.Fprintf(w, " %.2f | %.2fx | %d |", r.attemptsPerRequest(), r.overLimit(), r.failed+r.errored)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w)
+}
+
 func throttledCount(sc scenario, p params) int {
 	if sc.split {
 		return (p.n + 1) / 2
@@ -116,7 +144,9 @@ func writeResults(path, chart, command, load string, p params, groups []group) e
 		fmt.Fprintf(w, "- **%s**: %s\n", s.title, s.about)
 	}
 	fmt.Fprintf(w, "\n## Columns\n\n%s\n", columns(p))
-	fmt.Fprintf(w, "## Results\n\n![completed requests over time](%s)\n\n", chart)
+	fmt.Fprintf(w, "## Results\n\n")
+	writeSummary(w, groups)
+	fmt.Fprintf(w, "![completed requests over time](%s)\n\n", chart)
 	for _, g := range groups {
 		writeTable(w, g, p)
 	}
