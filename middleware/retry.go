@@ -18,6 +18,7 @@ import (
 
 	nethttplibrary "github.com/microsoft/kiota-http-go"
 
+	"github.com/kiota-resilience/kiota-resilience-go/observability"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -31,6 +32,8 @@ var ErrAttemptTimeout = errors.New("attempt timed out")
 type RetryHandler struct {
 	opts  options.RetryHandlerOptions
 	clock options.Clock
+	queue *queue // nil when the handler's options turn it off
+	inst  *observability.Instruments
 	stats stats
 }
 
@@ -48,7 +51,11 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 	if clock == nil {
 		clock = options.SystemClock
 	}
-	return &RetryHandler{opts: opts, clock: clock}, nil
+	h := &RetryHandler{opts: opts, clock: clock, inst: observability.NewInstruments(opts.MeterProvider)}
+	if !opts.Queue.Disabled {
+		h.queue = newQueue(clock, opts.Queue)
+	}
+	return h, nil
 }
 
 // Stats are cumulative counts of a handler's work.
@@ -71,8 +78,11 @@ func (h *RetryHandler) Stats() Stats {
 // never modified. It returns the first successful or non-retryable response,
 // or the last failed response (with a nil error) or transport error once it
 // stops retrying.
-func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, req *http.Request) (*http.Response, error) {
+func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, req *http.Request) (_ *http.Response, err error) {
 	h.stats.requests.Add(1)
+	r := run{h: h, pipeline: pipeline, index: index, req: req, obs: observer{inst: h.inst, clock: h.clock}}
+	ctx := r.obs.begin(req)
+	defer func() { r.obs.end(req.Context(), err) }()
 	opts := &h.opts
 	if o, ok := req.Context().Value(options.Key()).(*options.RetryHandlerOptions); ok && o != nil {
 		if err := o.Validate(); err != nil {
@@ -88,9 +98,8 @@ func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, re
 	}
 	defer body.finish()
 
-	r := run{h: h, opts: opts, pipeline: pipeline, index: index, req: req, body: body,
-		policy: opts.EffectivePolicy(), limits: opts.Limits()}
-	return r.do()
+	r.opts, r.body, r.policy, r.limits = opts, body, opts.EffectivePolicy(), opts.Limits()
+	return r.do(ctx)
 }
 
 // run is the state of one request through the handler.
@@ -103,38 +112,133 @@ type run struct {
 	index    int
 	req      *http.Request
 	body     *replayer
+	tgt      *target
 	start    time.Time
 	waited   time.Duration // cumulative time spent between attempts
+	obs      observer      // reports the request's signals; see observe.go
 }
 
-func (r *run) do() (*http.Response, error) {
-	ctx := r.req.Context()
+// do runs the attempts. ctx is the request's context, carrying the
+// handler's span when tracing is on.
+func (r *run) do(ctx context.Context) (*http.Response, error) {
 	r.start = r.h.clock.Now()
+	notBefore := r.start
+	var last *http.Response // the last failed response, kept small to return if a hold runs out
+	actx := ctx             // the current attempt's context: carries its span
 	for retry := 0; ; retry++ {
-		if ctx.Err() != nil {
+		sentAt, err := r.admit(ctx, retry, notBefore)
+		if errors.Is(err, errHoldTooLong) {
+			return r.giveUpHeld(last, retry)
+		}
+		if err != nil {
 			return nil, r.canceled(ctx, retry)
 		}
-		attemptReq, err := r.attemptRequest(ctx, retry)
+		attemptReq, err := r.attemptRequest(actx, retry)
 		if err != nil {
 			return nil, fmt.Errorf("retry handler: %s %s: preparing attempt %d: %w", r.req.Method, hostOf(r.req), retry+1, err)
 		}
-		resp, err := r.send(ctx, attemptReq, retry)
+		resp, err := r.send(actx, attemptReq, retry)
+		now := r.h.clock.Now()
+		r.obs.sent(ctx, err)
 		if err != nil && ctx.Err() != nil {
 			discard(resp)
 			return nil, r.canceled(ctx, retry+1)
 		}
-		if stop := r.classify(attemptReq, resp, err); stop != "" {
+		r.observe(resp, err, sentAt, now)
+		if stop := r.classify(attemptReq, resp, err, retry+1); stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
 		delay, stop := r.retryDelay(attemptReq, resp, err, retry+1)
 		if stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
-		discard(resp)
-		if r.wait(ctx, delay) != nil {
-			return nil, r.canceled(ctx, retry+1)
-		}
+		actx = r.obs.retrying(ctx, retry+1, resp, err, delay)
+		last = keep(resp)
+		notBefore = now.Add(delay)
 	}
+}
+
+// admit waits until attempt retry+1 may be sent: after notBefore and, with
+// the queue on, once no throttle holds it and its host's pace allows. It
+// returns when the attempt was let go. A first attempt is never refused:
+// held past the limits it is sent at once and the server decides.
+func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.Time, error) {
+	now := r.h.clock.Now()
+	if ctx.Err() != nil {
+		return now, ctx.Err()
+	}
+	deadline := r.start.Add(r.limits.MaxElapsed)
+	if l := r.limits.RetriesTimeLimit; l > 0 && retry > 0 {
+		deadline = earlier(deadline, now.Add(l-r.waited))
+	}
+	var err error
+	if q := r.queue(); q != nil && !q.idle(r.req.URL.Host) {
+		err = q.acquire(ctx, r.target(), notBefore, deadline, &r.obs)
+		if errors.Is(err, errHoldTooLong) && retry == 0 {
+			err = nil
+		}
+	} else {
+		err = sleepUntil(ctx, r.h.clock, notBefore)
+	}
+	sent := r.h.clock.Now()
+	if retry > 0 {
+		r.waited += sent.Sub(now)
+	}
+	return sent, err
+}
+
+// queue returns the handler's queue unless it is off for this request.
+func (r *run) queue() *queue {
+	if r.opts.Queue.Disabled {
+		return nil
+	}
+	return r.h.queue
+}
+
+// target returns the request as the queue's matching rules see it.
+func (r *run) target() *target {
+	if r.tgt == nil {
+		r.tgt = newTarget(r.req)
+	}
+	return r.tgt
+}
+
+// observe tells the queue what the server answered, so that requests to a
+// throttled target are held and the host's pace is learned. It runs even
+// for a request that opted out of the queue, for the others' sake.
+func (r *run) observe(resp *http.Response, err error, sent, now time.Time) {
+	q := r.h.queue
+	if q == nil || err != nil || resp == nil {
+		return
+	}
+	ra, has := RetryAfter(resp.Header, now)
+	switch {
+	case resp.StatusCode == http.StatusTooManyRequests:
+		if !has {
+			ra = defaultThrottle
+		}
+	case has && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusGatewayTimeout):
+	default:
+		if resp.StatusCode < 500 {
+			q.succeeded(r.req.URL.Host, sent, now)
+		}
+		return
+	}
+	end := now.Add(ra)
+	if end.Before(now) { // saturated Retry-After
+		end = time.Unix(1<<62, 0)
+	}
+	q.throttled(r.target(), sent, now, end)
+}
+
+// defaultThrottle is how long a 429 without Retry-After holds its target.
+const defaultThrottle = time.Second
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // attemptRequest clones the caller's request for attempt retry+1 with a
@@ -196,11 +300,12 @@ const (
 	stopTimeLimit     = "retries time limit"
 )
 
-// classify returns "" when the attempt failed in a way worth retrying, or
-// why it is final. A policy that implements options.Classifier decides
-// which attempts failed; otherwise the status code list does, and every
-// transport error counts as a failure.
-func (r *run) classify(req *http.Request, resp *http.Response, err error) string {
+// classify returns "" when the attempt failed in a way worth retrying
+// with retry n, or why it is final. A policy that implements
+// options.Classifier decides which attempts failed when it has an opinion;
+// otherwise the status code list does, and every transport error counts as
+// a failure.
+func (r *run) classify(req *http.Request, resp *http.Response, err error, n int) string {
 	if err != nil {
 		// A request the server may have acted on is only resent when
 		// resending it is harmless; a broken TLS setup will not mend.
@@ -213,7 +318,10 @@ func (r *run) classify(req *http.Request, resp *http.Response, err error) string
 	}
 	failed := err != nil || r.opts.Retryable(resp.StatusCode)
 	if c, ok := r.policy.(options.Classifier); ok {
-		failed = c.Retryable(options.Attempt{Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: resp, Err: err})
+		a := options.Attempt{Retry: n, Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: resp, Err: err}
+		if retry, decided := c.Retryable(a); decided {
+			failed = retry
+		}
 	}
 	switch {
 	case !failed && err == nil:
@@ -234,16 +342,14 @@ func (r *run) retryDelay(req *http.Request, resp *http.Response, err error, n in
 	}
 	now := r.h.clock.Now()
 	a := options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: req, Response: resp, Err: err}
+	if resp != nil {
+		a.RetryAfter, a.HasRetryAfter = RetryAfter(resp.Header, now)
+	}
 	delay, ok := r.policy.Next(a)
 	if !ok {
 		return 0, stopPolicy
 	}
-	delay = max(delay, 0)
-	if resp != nil {
-		if ra, has := RetryAfter(resp.Header, now); has {
-			delay = max(delay, ra)
-		}
-	}
+	delay = max(delay, a.RetryAfter)
 	if r.opts.ShouldRetry != nil && !r.opts.ShouldRetry(a) {
 		return 0, stopVetoed
 	}
@@ -261,30 +367,24 @@ func exceeds(spent, next, limit time.Duration) bool {
 	return next > limit-spent
 }
 
-// wait blocks the request's own goroutine for d, or until ctx ends.
-func (r *run) wait(ctx context.Context, d time.Duration) error {
-	r.waited += d
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := r.h.clock.NewTimer(d)
-	select {
-	case <-ctx.Done():
-		t.Stop()
-		return ctx.Err()
-	case <-t.C():
-		return nil
-	}
-}
-
 // giveUp returns a successful or final response unchanged (with a nil
 // error), or the last transport error wrapped so that errors.Is and
 // errors.As still find it.
 func (r *run) giveUp(resp *http.Response, err error, attempts int, why string) (*http.Response, error) {
+	r.obs.gaveUp(why, attempts-1, resp)
 	if err == nil {
 		return resp, nil
 	}
 	return resp, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): %w", r.req.Method, hostOf(r.req), why, attempts, err)
+}
+
+// giveUpHeld returns the last failed response when the queue would hold
+// its retry past the limits.
+func (r *run) giveUpHeld(last *http.Response, attempts int) (*http.Response, error) {
+	if last != nil {
+		return last, nil
+	}
+	return nil, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): throttled beyond the limit and the last response was too large to keep", r.req.Method, hostOf(r.req), stopElapsed, attempts)
 }
 
 func (r *run) canceled(ctx context.Context, attempts int) error {

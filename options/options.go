@@ -11,6 +11,7 @@ import (
 	"time"
 
 	abstractions "github.com/microsoft/kiota-abstractions-go"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Defaults applied to zero-valued fields of RetryHandlerOptions (R6).
@@ -41,7 +42,8 @@ var retryOptionKey = abstractions.RequestOptionKey{Key: "kiota-resilience-go.Ret
 type RetryHandlerOptions struct {
 	// MaxRetries caps the number of retries after the first attempt.
 	// 0 means the default, 10, unless Policy is set, in which case the
-	// policy's own count governs alone; < 0 means never retry.
+	// policy's own count governs alone; < 0 means never retry. See Policy
+	// for how it combines with a policy's count.
 	MaxRetries int
 	// InitialDelay is the first delay of the default backoff. 0: 3 s.
 	InitialDelay time.Duration
@@ -59,9 +61,9 @@ type RetryHandlerOptions struct {
 	// 0: off.
 	RetriesTimeLimit time.Duration
 	// Policy decides whether to retry a failed attempt and after what delay.
-	// nil: the default backoff, Exponential built from InitialDelay and
-	// MaxDelay. The handler's rules (Retry-After is never undercut, the
-	// limits above stay ceilings) apply on top of any policy.
+	// nil: the default backoff, Exponential built from InitialDelay,
+	// MaxDelay and MaxRetries. The handler's rules, documented on the
+	// Policy type, apply on top of any policy.
 	Policy Policy
 	// StatusCodes lists the response status codes that count as a failed,
 	// retryable attempt. Empty: DefaultStatusCodes (429, 503, 504).
@@ -81,6 +83,13 @@ type RetryHandlerOptions struct {
 	// nil: the system clock. It is a handler-wide setting: the handler's
 	// clock is used even when a per-request option sets its own.
 	Clock Clock
+	// MeterProvider is the source of the handler's metric instruments
+	// (see package observability). nil: otel.GetMeterProvider(), the
+	// global provider, which forwards to whatever provider the
+	// application installs, even later. It is a handler-wide setting: it
+	// is ignored on per-request options. Traces always use the global
+	// tracer provider, as the Kiota design asks.
+	MeterProvider metric.MeterProvider
 }
 
 // GetKey returns the key under which the options are stored in a request's
@@ -104,6 +113,7 @@ func (o *RetryHandlerOptions) Validate() error {
 		{"MaxElapsed", o.MaxElapsed},
 		{"RetriesTimeLimit", o.RetriesTimeLimit},
 		{"AttemptTimeout", o.AttemptTimeout},
+		{"Queue.Recovery", o.Queue.Recovery},
 	}
 	for _, f := range durations {
 		if f.d < 0 {
@@ -112,6 +122,9 @@ func (o *RetryHandlerOptions) Validate() error {
 	}
 	if o.InitialDelay > 0 && o.MaxDelay > 0 && o.InitialDelay > o.MaxDelay {
 		return invalid("RetryHandlerOptions", "InitialDelay", o.InitialDelay, fmt.Sprintf("must not exceed MaxDelay (%v)", o.MaxDelay))
+	}
+	if o.Queue.MaxTracked < 0 {
+		return invalid("RetryHandlerOptions", "Queue.MaxTracked", o.Queue.MaxTracked, "must not be negative")
 	}
 	for _, code := range o.StatusCodes {
 		if code < 100 || code > 999 {
@@ -160,7 +173,7 @@ func (o *RetryHandlerOptions) EffectivePolicy() Policy {
 	if o.Policy != nil {
 		return o.Policy
 	}
-	return Exponential{InitialDelay: o.InitialDelay, MaxDelay: o.MaxDelay}
+	return Exponential{Retries: max(o.MaxRetries, 0), InitialDelay: o.InitialDelay, MaxDelay: o.MaxDelay}
 }
 
 // Retryable reports whether status is one of the retried status codes.
@@ -184,4 +197,12 @@ type QueueOptions struct {
 	// Disabled turns the queue off: every attempt is sent when its own
 	// delay has passed, whatever other requests learned about the throttle.
 	Disabled bool
+	// Recovery is how long after a throttle ends requests that match it
+	// are still released through the queue's pacer, so that a release does
+	// not set off a new wave of throttling. 0: 10 s.
+	Recovery time.Duration
+	// MaxTracked bounds how many throttled URLs, paths and path prefixes the
+	// queue remembers per host; the ones that ended first are forgotten
+	// first. 0: 1024. Handler-wide: ignored on per-request options.
+	MaxTracked int
 }

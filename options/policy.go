@@ -18,12 +18,55 @@ type Attempt struct {
 	Response *http.Response
 	// Err is the transport error of the failed attempt, if any.
 	Err error
+	// RetryAfter is the delay the server asked for (Retry-After,
+	// retry-after-ms or x-ms-retry-after-ms), valid when HasRetryAfter is
+	// true. The handler never retries sooner, whatever a policy returns.
+	RetryAfter    time.Duration
+	HasRetryAfter bool
 }
 
 // Policy decides whether to retry after a failed attempt, and after what
 // delay. Implementations must be safe for concurrent use: one policy value
 // serves every request through a handler.
+//
+// The built-in policies are NoRetry, Fixed, Linear, Exponential (the
+// default), AzureStorageExponential and APIManagement; PolicyFunc turns a
+// function into a Policy.
+//
+// # How the handler applies a policy
+//
+// The handler asks the policy only about attempts that failed in a
+// retryable way: a status in RetryHandlerOptions.StatusCodes or a transport
+// error, unless the policy is a Classifier that decides instead. It never
+// resends a non-idempotent request after a transport error, nor a
+// forward-only body. On top of whatever the policy answers, one rule set
+// applies:
+//
+//   - Retry-After: when the failed response names a time to wait
+//     (Retry-After, retry-after-ms or x-ms-retry-after-ms), the delay is the
+//     longer of the policy's delay and that time. A policy can lengthen the
+//     server's wait, never shorten it. A negative delay counts as zero.
+//   - MaxRetries: with a Policy set, 0 (the zero value) leaves the count to
+//     the policy alone; every built-in policy has its own documented count
+//     (10 for Fixed, Linear and Exponential, 3 for AzureStorageExponential,
+//     Count for APIManagement). MaxRetries > 0 is a ceiling: the handler
+//     stops at whichever of MaxRetries and the policy's own count comes
+//     first. MaxRetries < 0 means never retry. With no Policy, 0 means 10.
+//   - MaxElapsed (default 1800 s): a retry whose delay would end more than
+//     MaxElapsed after the first attempt started is not made.
+//   - RetriesTimeLimit (when > 0): a retry whose delay would bring the total
+//     time spent waiting between attempts past it is not made.
+//   - ShouldRetry, when set, may veto any retry the policy allows.
+//   - InitialDelay and MaxDelay configure the default policy only; they
+//     neither shape nor cap another policy's delays or a Retry-After.
+//
+// When a limit or the policy stops the retries, the handler returns the last
+// failed response (with a nil error) or the last transport error at once,
+// without waiting.
 type Policy interface {
+	// Next is called with the failed attempt and the number of the retry
+	// about to be made (a.Retry, 1 for the first retry). It returns the
+	// delay before that retry, or false to stop retrying.
 	Next(a Attempt) (delay time.Duration, retry bool)
 }
 
@@ -40,12 +83,13 @@ func (f PolicyFunc) Next(a Attempt) (time.Duration, bool) { return f(a) }
 //	delay = d(n) · (1 − 0.2·u),  u uniform in [0, 1)
 //
 // so with the defaults the retries wait about 3, 12, 27, 48, 75, 108, 147,
-// 180, 180, 180 s. The random offset only shortens a delay, by up to 20 %,
+// 180, 180, 180 s. As the Graph design asks, the backoff applies only when
+// the server names no delay: when the failed response carries Retry-After,
+// Exponential returns exactly that delay. The random offset only shortens a delay, by up to 20 %,
 // so that clients throttled together do not retry in lockstep while no
 // delay ever exceeds its schedule or MaxDelay.
 type Exponential struct {
-	// Retries caps the number of retries; 0 leaves the cap to the handler's
-	// MaxRetries.
+	// Retries is the number of retries. 0: 10 (DefaultMaxRetries).
 	Retries int
 	// InitialDelay is d(1). 0: 3 s.
 	InitialDelay time.Duration
@@ -57,8 +101,11 @@ type Exponential struct {
 
 // Next implements Policy.
 func (p Exponential) Next(a Attempt) (time.Duration, bool) {
-	if p.Retries > 0 && a.Retry > p.Retries {
+	if a.Retry > orDefaultInt(p.Retries, DefaultMaxRetries) {
 		return 0, false
+	}
+	if a.HasRetryAfter {
+		return a.RetryAfter, true
 	}
 	initial := orDefault(p.InitialDelay, DefaultInitialDelay)
 	maxDelay := orDefault(p.MaxDelay, DefaultMaxDelay)
@@ -133,5 +180,9 @@ const maxDuration = time.Duration(1<<63 - 1)
 // a non-idempotent request after a transport error, nor retries a canceled
 // context or a TLS verification failure.
 type Classifier interface {
-	Retryable(a Attempt) bool
+	// Retryable reports whether the attempt failed in a way worth
+	// retrying. It is asked about every attempt, successful ones included.
+	// ok false leaves the decision to the handler's status code list, so a
+	// policy can classify some attempts and not others.
+	Retryable(a Attempt) (retry, ok bool)
 }

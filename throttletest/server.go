@@ -13,6 +13,8 @@
 package throttletest
 
 import (
+	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -307,7 +309,7 @@ func (s *Server) Completions() []time.Duration {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The body is read before anything is decided, so that it is checked
 	// on every attempt and the connection stays reusable.
-	body, readErr := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	body, readErr := readBody(w, r)
 	sum := sha256.Sum256(body)
 	digest := hex.EncodeToString(sum[:])
 	declared := r.Header.Get(HeaderBodySHA256)
@@ -503,4 +505,19 @@ type graphErrorBody struct {
 func writeJSON(w io.Writer, v any) {
 	// A write fails only when the client went away, which is its business.
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// readBody reads the request body, decoding it when the client compressed
+// it (Kiota's compression handler gzips request bodies), so that the hash
+// is of the content the client declared.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil || !strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
+		return raw, err
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("throttletest: gzip body: %w", err)
+	}
+	return io.ReadAll(io.LimitReader(zr, maxBody))
 }

@@ -12,15 +12,16 @@ import (
 
 // Clock is a fake options.Clock. The zero value is not usable; use New.
 type Clock struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	now    time.Time
-	timers []*timer
+	mu      sync.Mutex
+	cond    *sync.Cond
+	now     time.Time
+	timers  []*timer
+	created chan time.Duration
 }
 
 // New returns a Clock set to start.
 func New(start time.Time) *Clock {
-	c := &Clock{now: start}
+	c := &Clock{now: start, created: make(chan time.Duration, 1024)}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -34,7 +35,34 @@ func (c *Clock) Now() time.Time {
 
 // NewTimer implements options.Clock.
 func (c *Clock) NewTimer(d time.Duration) options.Timer {
-	return c.add(d, make(chan time.Time, 1), nil)
+	t := c.add(d, make(chan time.Time, 1), nil)
+	select {
+	case c.created <- d:
+	default: // nobody is watching; never block the code under test
+	}
+	return t
+}
+
+// Created delivers the duration of every timer made with NewTimer (not
+// AfterFunc), so a test can see each wait the code under test starts.
+func (c *Clock) Created() <-chan time.Duration { return c.created }
+
+// Drive runs do in its own goroutine and, each time it starts a NewTimer
+// wait, advances the clock by exactly that wait. It returns do's results
+// and the waits in the order they were started.
+func Drive[T any](c *Clock, do func() T) (T, []time.Duration) {
+	done := make(chan T, 1)
+	go func() { done <- do() }()
+	var waits []time.Duration
+	for {
+		select {
+		case r := <-done:
+			return r, waits
+		case d := <-c.created:
+			waits = append(waits, d)
+			c.Advance(d)
+		}
+	}
 }
 
 // AfterFunc implements options.Clock.

@@ -1,0 +1,448 @@
+package middleware_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	nethttplibrary "github.com/microsoft/kiota-http-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/middleware"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+)
+
+func TestRetryHandler_StatusCodes(t *testing.T) {
+	tests := []struct {
+		name     string
+		codes    []int
+		status   int
+		attempts int
+	}{
+		{"429 retried", nil, 429, 2},
+		{"503 retried", nil, 503, 2},
+		{"504 retried", nil, 504, 2},
+		{"400 final", nil, 400, 1},
+		{"404 final", nil, 404, 1},
+		{"500 final", nil, 500, 1},
+		{"501 final", nil, 501, 1},
+		{"505 final", nil, 505, 1},
+		{"custom list retries 500", []int{500}, 500, 2},
+		{"custom list drops 429", []int{500}, 429, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, reply{status: tt.status, body: "failed"})
+			h, clk := newHandler(t, options.RetryHandlerOptions{StatusCodes: tt.codes, Policy: fixedPolicy(3, time.Second)})
+			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+			res, _ := do(clk, newClient(t, h), req)
+			require.NoError(t, res.err)
+			assert.Len(t, srv.attempts(), tt.attempts)
+			if tt.attempts == 1 {
+				assert.Equal(t, tt.status, res.resp.StatusCode, "a final response reaches the caller unchanged")
+				assert.Equal(t, "failed", res.body)
+			} else {
+				assert.Equal(t, http.StatusOK, res.resp.StatusCode)
+			}
+		})
+	}
+}
+
+func TestRetryHandler_RetryAttemptHeader(t *testing.T) {
+	srv := newScripted(t, throttled("1"), throttled("1"), throttled("1"))
+	h, clk := newHandler(t, options.RetryHandlerOptions{})
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	req.Header.Set("Retry-Attempt", "stale")
+	req.Header.Set("X-Custom", "kept")
+	res, waits := do(clk, newClient(t, h), req)
+	require.NoError(t, res.err)
+	assert.Equal(t, http.StatusOK, res.resp.StatusCode)
+	require.Len(t, waits, 3)
+	got := srv.attempts()
+	require.Len(t, got, 4)
+	assert.Equal(t, []string{"stale"}, got[0].header.Values("Retry-Attempt"), "the first attempt is the caller's request as it is")
+	for i := 1; i < 4; i++ {
+		assert.Equal(t, []string{string(rune('0' + i))}, got[i].header.Values("Retry-Attempt"), "retry %d", i)
+		assert.Equal(t, "kept", got[i].header.Get("X-Custom"))
+	}
+	assert.Equal(t, http.Header{"Retry-Attempt": {"stale"}, "X-Custom": {"kept"}}, req.Header, "the caller's headers are never changed")
+}
+
+// seekOnly hides every method of its reader but Read and Seek, as
+// kiota-http-go's NopCloser does.
+type seekOnly struct{ io.ReadSeeker }
+
+func (seekOnly) Close() error { return nil }
+
+// forwardOnly is a body that can only be read once.
+type forwardOnly struct{ r io.Reader }
+
+func (f *forwardOnly) Read(p []byte) (int, error) { return f.r.Read(p) }
+func (f *forwardOnly) Close() error               { return nil }
+
+func TestRetryHandler_BodiesReplayed(t *testing.T) {
+	const payload = `{"displayName":"Ada","mail":"ada@example.com"}`
+	tests := []struct {
+		name     string
+		build    func(url string) *http.Request
+		attempts int
+	}{
+		{"no body", func(u string) *http.Request { r, _ := http.NewRequest(http.MethodPost, u, nil); return r }, 3},
+		{"http.NoBody", func(u string) *http.Request { r, _ := http.NewRequest(http.MethodPost, u, http.NoBody); return r }, 3},
+		{"bytes.Reader", func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, u, bytes.NewReader([]byte(payload)))
+			return r
+		}, 3},
+		{"bytes.Buffer", func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPatch, u, bytes.NewBufferString(payload))
+			return r
+		}, 3},
+		{"strings.Reader", func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPut, u, strings.NewReader(payload))
+			return r
+		}, 3},
+		{"seeker without GetBody, as the Kiota adapter sends", func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, u, nil)
+			r.Body = seekOnly{strings.NewReader(payload)}
+			r.ContentLength = int64(len(payload))
+			return r
+		}, 3},
+		{"seeker positioned past its start", func(u string) *http.Request {
+			sr := strings.NewReader("ignored-prefix" + payload)
+			_, _ = sr.Seek(int64(len("ignored-prefix")), io.SeekStart)
+			r, _ := http.NewRequest(http.MethodPost, u, nil)
+			r.Body = seekOnly{sr}
+			r.ContentLength = int64(len(payload))
+			return r
+		}, 3},
+		{"forward-only body is sent once", func(u string) *http.Request {
+			r, _ := http.NewRequest(http.MethodPost, u, nil)
+			r.Body = &forwardOnly{strings.NewReader(payload)}
+			r.ContentLength = int64(len(payload))
+			return r
+		}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, throttled("1"), throttled("2"))
+			h, clk := newHandler(t, options.RetryHandlerOptions{})
+			req := tt.build(srv.URL)
+			res, _ := do(clk, newClient(t, h), req)
+			require.NoError(t, res.err)
+			got := srv.attempts()
+			require.Len(t, got, tt.attempts)
+			for i, a := range got {
+				assert.Equal(t, got[0].body, a.body, "attempt %d body", i+1)
+				assert.Equal(t, got[0].length, a.length, "attempt %d Content-Length", i+1)
+			}
+			if req.Body != nil && req.Body != http.NoBody {
+				assert.Equal(t, payload, got[0].body)
+			}
+			if tt.attempts == 1 {
+				assert.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode, "the first response is returned")
+			}
+		})
+	}
+}
+
+func TestRetryHandler_RetryAfter(t *testing.T) {
+	now := epoch
+	tests := []struct {
+		name   string
+		header map[string]string
+		policy options.Policy
+		want   []time.Duration
+	}{
+		{"delta-seconds", map[string]string{"Retry-After": "7"}, nil, secs(7)},
+		{"IMF-fixdate", map[string]string{"Retry-After": now.Add(9 * time.Second).Format(http.TimeFormat)}, nil, secs(9)},
+		{"RFC 850 date", map[string]string{"Retry-After": now.Add(11 * time.Second).Format(time.RFC850)}, nil, secs(11)},
+		{"asctime date", map[string]string{"Retry-After": now.Add(13 * time.Second).Format(time.ANSIC)}, nil, secs(13)},
+		{"past date retries at once", map[string]string{"Retry-After": now.Add(-time.Hour).Format(http.TimeFormat)}, nil, nil},
+		{"retry-after-ms", map[string]string{"Retry-After-Ms": "1500"}, nil, secs(1.5)},
+		{"x-ms-retry-after-ms", map[string]string{"X-Ms-Retry-After-Ms": "250"}, nil, secs(0.25)},
+		{"longest named wait wins", map[string]string{"Retry-After": "2", "Retry-After-Ms": "4000"}, nil, secs(4)},
+		{"garbage falls back to the policy", map[string]string{"Retry-After": "soon"}, fixedPolicy(1, 5*time.Second), secs(5)},
+		{"negative falls back to the policy", map[string]string{"Retry-After": "-3"}, fixedPolicy(1, 5*time.Second), secs(5)},
+		{"policy longer than Retry-After", map[string]string{"Retry-After": "1"}, fixedPolicy(1, 5*time.Second), secs(5)},
+		{"Retry-After is never undercut", map[string]string{"Retry-After": "30"}, fixedPolicy(1, 5*time.Second), secs(30)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, reply{status: 503, header: tt.header})
+			policy := tt.policy
+			if policy == nil {
+				policy = fixedPolicy(1, 0) // zero interval: only the server's time counts
+			}
+			h, clk := newHandler(t, options.RetryHandlerOptions{Policy: policy})
+			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+			res, waits := do(clk, newClient(t, h), req)
+			require.NoError(t, res.err)
+			assert.Equal(t, http.StatusOK, res.resp.StatusCode)
+			assert.Equal(t, tt.want, waits)
+			assert.Len(t, srv.attempts(), 2)
+		})
+	}
+}
+
+func TestRetryHandler_DefaultBackoff(t *testing.T) {
+	srv := newScripted(t, reply{status: 503}, reply{status: 503}, reply{status: 503}, reply{status: 503})
+	h, clk := newHandler(t, options.RetryHandlerOptions{Policy: options.Exponential{Random: fixedHalf}})
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	res, waits := do(clk, newClient(t, h), req)
+	require.NoError(t, res.err)
+	// min(180 s, 3 s·n²)·(1 − 0.2·0.5)
+	assert.Equal(t, secs(2.7, 10.8, 24.3, 43.2), waits)
+}
+
+func TestRetryHandler_DefaultOptionsUseJitteredSchedule(t *testing.T) {
+	srv := newScripted(t, reply{status: 503}, reply{status: 503}, reply{status: 503})
+	h, clk := newHandler(t, options.RetryHandlerOptions{})
+	req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	_, waits := do(clk, newClient(t, h), req)
+	require.Len(t, waits, 3)
+	for i, w := range waits {
+		full := time.Duration((i+1)*(i+1)) * 3 * time.Second
+		assert.LessOrEqual(t, w, full, "retry %d", i+1)
+		assert.GreaterOrEqual(t, w, full*8/10, "retry %d", i+1)
+	}
+}
+
+func TestRetryHandler_Limits(t *testing.T) {
+	fourFailures := []reply{throttled("10"), throttled("10"), throttled("10"), throttled("10")}
+	tests := []struct {
+		name     string
+		opts     options.RetryHandlerOptions
+		replies  []reply
+		attempts int
+		waits    []time.Duration
+		status   int
+	}{
+		{"MaxRetries caps retries", options.RetryHandlerOptions{MaxRetries: 2, Policy: fixedPolicy(9, time.Second)}, fourFailures, 3, secs(10, 10), 429},
+		{"negative MaxRetries never retries", options.RetryHandlerOptions{MaxRetries: -1}, fourFailures, 1, nil, 429},
+		{"MaxElapsed returns at once", options.RetryHandlerOptions{MaxElapsed: 25 * time.Second, Policy: fixedPolicy(9, time.Second)}, fourFailures, 3, secs(10, 10), 429},
+		{"Retry-After beyond MaxElapsed is not waited for", options.RetryHandlerOptions{MaxElapsed: time.Minute}, []reply{throttled("3600")}, 1, nil, 429},
+		{"RetriesTimeLimit counts Retry-After", options.RetryHandlerOptions{RetriesTimeLimit: 15 * time.Second}, fourFailures, 2, secs(10), 429},
+		{"RetriesTimeLimit applies to 503", options.RetryHandlerOptions{RetriesTimeLimit: 5 * time.Second, Policy: fixedPolicy(9, 2*time.Second)},
+			[]reply{{status: 503}, {status: 503}, {status: 503}, {status: 503}}, 3, secs(2, 2), 503},
+		{"RetriesTimeLimit applies to 504", options.RetryHandlerOptions{RetriesTimeLimit: 5 * time.Second, Policy: fixedPolicy(9, 2*time.Second)},
+			[]reply{{status: 504}, {status: 504}, {status: 504}, {status: 504}}, 3, secs(2, 2), 504},
+		{"policy count governs when MaxRetries is unset", options.RetryHandlerOptions{Policy: fixedPolicy(1, time.Second)}, fourFailures, 2, secs(10), 429},
+		{"MaxRetries caps a policy", options.RetryHandlerOptions{MaxRetries: 1, Policy: fixedPolicy(5, time.Second)}, fourFailures, 2, secs(10), 429},
+		{"ShouldRetry vetoes", options.RetryHandlerOptions{ShouldRetry: func(a options.Attempt) bool { return a.Retry < 2 }}, fourFailures, 2, secs(10), 429},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, tt.replies...)
+			h, clk := newHandler(t, tt.opts)
+			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+			res, waits := do(clk, newClient(t, h), req)
+			require.NoError(t, res.err)
+			assert.Len(t, srv.attempts(), tt.attempts)
+			assert.Equal(t, tt.waits, waits)
+			assert.Equal(t, tt.status, res.resp.StatusCode)
+			if tt.status == 429 {
+				assert.Equal(t, "slow down", res.body, "the last failed response reaches the caller intact")
+			}
+		})
+	}
+}
+
+func TestRetryHandler_CancelDuringWait(t *testing.T) {
+	tests := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"cancel", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, context.Canceled},
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 20*time.Millisecond)
+		}, context.DeadlineExceeded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, throttled("60"))
+			h, clk := newHandler(t, options.RetryHandlerOptions{})
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+			done := make(chan error, 1)
+			go func() {
+				resp, err := newClient(t, h).Do(req)
+				if resp != nil {
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+			assert.Equal(t, 60*time.Second, <-clk.Created())
+			if tt.want == context.Canceled {
+				cancel()
+			}
+			err := <-done
+			require.ErrorIs(t, err, tt.want)
+			assert.Empty(t, clk.Pending(), "the wait's timer is stopped")
+			assert.Len(t, srv.attempts(), 1)
+		})
+	}
+}
+
+func TestRetryHandler_CanceledBeforeFirstAttempt(t *testing.T) {
+	srv := newScripted(t)
+	h, _ := newHandler(t, options.RetryHandlerOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	resp, err := h.Intercept(directPipeline{http.DefaultTransport}, 0, req)
+	assert.Nil(t, resp)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Empty(t, srv.attempts())
+}
+
+// directPipeline is the end of a pipeline: it sends to a RoundTripper.
+type directPipeline struct{ rt http.RoundTripper }
+
+func (p directPipeline) Next(req *http.Request, _ int) (*http.Response, error) {
+	return p.rt.RoundTrip(req)
+}
+
+func TestNewRetryHandler_RejectsBadOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opts options.RetryHandlerOptions
+		want string
+	}{
+		{"negative InitialDelay", options.RetryHandlerOptions{InitialDelay: -time.Second}, "InitialDelay = -1s"},
+		{"negative MaxDelay", options.RetryHandlerOptions{MaxDelay: -1}, "MaxDelay = -1ns"},
+		{"negative MaxElapsed", options.RetryHandlerOptions{MaxElapsed: -time.Minute}, "MaxElapsed = -1m0s"},
+		{"negative RetriesTimeLimit", options.RetryHandlerOptions{RetriesTimeLimit: -time.Second}, "RetriesTimeLimit = -1s"},
+		{"negative AttemptTimeout", options.RetryHandlerOptions{AttemptTimeout: -time.Second}, "AttemptTimeout = -1s"},
+		{"InitialDelay above MaxDelay", options.RetryHandlerOptions{InitialDelay: time.Minute, MaxDelay: time.Second}, "InitialDelay = 1m0s"},
+		{"bad status code", options.RetryHandlerOptions{StatusCodes: []int{429, 42}}, "StatusCodes = 42"},
+		{"invalid policy", options.RetryHandlerOptions{Policy: options.Exponential{Retries: -2}}, "Exponential.Retries = -2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := middleware.NewRetryHandler(tt.opts)
+			assert.Nil(t, h)
+			require.ErrorIs(t, err, options.ErrInvalidOption)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.Contains(t, err.Error(), "NewRetryHandler")
+		})
+	}
+}
+
+func TestRetryHandler_PerRequestOptions(t *testing.T) {
+	t.Run("replace the handler's options", func(t *testing.T) {
+		srv := newScripted(t, throttled("1"), throttled("1"))
+		h, clk := newHandler(t, options.RetryHandlerOptions{MaxRetries: 5})
+		ctx := context.WithValue(context.Background(), options.Key(), &options.RetryHandlerOptions{MaxRetries: -1})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		res, waits := do(clk, newClient(t, h), req)
+		require.NoError(t, res.err)
+		assert.Equal(t, 429, res.resp.StatusCode)
+		assert.Empty(t, waits)
+		assert.Len(t, srv.attempts(), 1)
+	})
+	t.Run("an invalid one fails the request before sending", func(t *testing.T) {
+		srv := newScripted(t)
+		h, clk := newHandler(t, options.RetryHandlerOptions{})
+		bad := &options.RetryHandlerOptions{MaxElapsed: -time.Second}
+		ctx := context.WithValue(context.Background(), bad.GetKey(), bad)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		res, _ := do(clk, newClient(t, h), req)
+		require.ErrorIs(t, res.err, options.ErrInvalidOption)
+		assert.Contains(t, res.err.Error(), "MaxElapsed = -1s")
+		assert.Empty(t, srv.attempts())
+	})
+}
+
+func TestRetryHandler_TransportErrors(t *testing.T) {
+	tests := []struct {
+		name     string
+		method   string
+		header   map[string]string
+		attempts int
+	}{
+		{"GET is resent", http.MethodGet, nil, 3},
+		{"PUT is resent", http.MethodPut, nil, 3},
+		{"DELETE is resent", http.MethodDelete, nil, 3},
+		{"POST is never sent twice", http.MethodPost, nil, 1},
+		{"PATCH is never sent twice", http.MethodPatch, nil, 1},
+		{"POST with Idempotency-Key is resent", http.MethodPost, map[string]string{"Idempotency-Key": "k1"}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := &failingTransport{failures: 10}
+			h, clk := newHandler(t, options.RetryHandlerOptions{MaxRetries: 2, Policy: options.Exponential{Random: fixedHalf}})
+			client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(rt, h)}
+			req, _ := http.NewRequest(tt.method, "http://graph.test/v1.0/me", strings.NewReader("{}"))
+			for k, v := range tt.header {
+				req.Header.Set(k, v)
+			}
+			res, _ := do(clk, client, req)
+			require.Error(t, res.err)
+			assert.ErrorIs(t, res.err, errConnReset, "the transport error stays visible")
+			assert.Equal(t, tt.attempts, rt.calls)
+		})
+	}
+}
+
+var errConnReset = errors.New("connection reset by peer")
+
+// failingTransport fails its first failures calls, then answers 200.
+type failingTransport struct {
+	failures int
+	calls    int
+}
+
+func (f *failingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	f.calls++
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+		_ = req.Body.Close()
+	}
+	if f.calls <= f.failures {
+		return nil, errConnReset
+	}
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Header: http.Header{}, Request: req}, nil
+}
+
+func TestRetryHandler_AttemptTimeout(t *testing.T) {
+	hang := &hangingTransport{}
+	h, clk := newHandler(t, options.RetryHandlerOptions{AttemptTimeout: 2 * time.Second, MaxRetries: 1, Policy: fixedPolicy(99, time.Second)})
+	client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(hang, h)}
+	req, _ := http.NewRequest(http.MethodGet, "http://graph.test/v1.0/me", nil)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := client.Do(req)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	clk.WaitForTimers(1) // the first attempt's timeout
+	clk.Advance(2 * time.Second)
+	assert.Equal(t, time.Second, <-clk.Created(), "the retry waits its backoff")
+	clk.Advance(time.Second)
+	clk.WaitForTimers(1) // the second attempt's timeout
+	clk.Advance(2 * time.Second)
+	err := <-done
+	require.ErrorIs(t, err, middleware.ErrAttemptTimeout)
+	assert.Contains(t, err.Error(), "after 2 attempt(s)")
+	assert.Equal(t, int32(2), hang.calls.Load())
+}
+
+// hangingTransport never answers: it returns when the attempt's context ends.
+type hangingTransport struct{ calls atomic.Int32 }
+
+func (h *hangingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	h.calls.Add(1)
+	<-req.Context().Done()
+	return nil, req.Context().Err()
+}

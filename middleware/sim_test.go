@@ -1,0 +1,151 @@
+package middleware_test
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	nethttplibrary "github.com/microsoft/kiota-http-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/middleware"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+)
+
+// simServer is an in-memory Graph-like server: one token bucket answering
+// 429 with Retry-After in whole seconds (at least 1) when empty. It runs in
+// a synctest bubble, so its time is virtual and the simulation exact.
+type simServer struct {
+	mu        sync.Mutex
+	rate      float64
+	burst     float64
+	tokens    float64
+	last      time.Time
+	latency   time.Duration
+	attempts  int
+	throttled int
+	early     int
+	notBefore map[string]time.Time
+}
+
+func newSimServer(rate float64, burst int, latency time.Duration) *simServer {
+	return &simServer{rate: rate, burst: float64(burst), tokens: float64(burst), last: time.Now(),
+		latency: latency, notBefore: map[string]time.Time{}}
+}
+
+func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+		_ = req.Body.Close()
+	}
+	time.Sleep(s.latency / 2)
+	id := req.Header.Get("X-Request-Id")
+	s.mu.Lock()
+	now := time.Now()
+	s.attempts++
+	if nb, ok := s.notBefore[id]; ok && now.Before(nb) {
+		s.early++
+	}
+	s.tokens = math.Min(s.burst, s.tokens+now.Sub(s.last).Seconds()*s.rate)
+	s.last = now
+	status, header := http.StatusOK, http.Header{}
+	if s.tokens >= 1 {
+		s.tokens--
+	} else {
+		wait := (1 - s.tokens) / s.rate
+		ra := max(int(math.Ceil(wait)), 1)
+		s.throttled++
+		s.notBefore[id] = now.Add(time.Duration(ra) * time.Second)
+		status = http.StatusTooManyRequests
+		header.Set("Retry-After", strconv.Itoa(ra))
+	}
+	s.mu.Unlock()
+	time.Sleep(s.latency / 2)
+	return &http.Response{StatusCode: status, Header: header, Body: io.NopCloser(strings.NewReader("{}")), Request: req}, nil
+}
+
+type simResult struct {
+	attemptsPerRequest, timeOverLimit float64
+	failed, early                     int
+}
+
+// simulate sends n requests from c workers through one handler to a
+// server of the given rate and burst, in virtual time.
+func simulate(t *testing.T, opts options.RetryHandlerOptions, n, c int, rate float64, burst int, path func(i int) (method, url string)) simResult {
+	var res simResult
+	synctest.Test(t, func(t *testing.T) {
+		srv := newSimServer(rate, burst, 2*time.Millisecond)
+		h, err := middleware.NewRetryHandler(opts)
+		require.NoError(t, err)
+		client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(srv, h)}
+		start := time.Now()
+		jobs := make(chan int)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for range c {
+			wg.Go(func() {
+				for i := range jobs {
+					method, url := path(i)
+					req, _ := http.NewRequest(method, url, strings.NewReader(`{"displayName":"x"}`))
+					req.Header.Set("X-Request-Id", strconv.Itoa(i))
+					resp, err := client.Do(req)
+					failed := err != nil || resp.StatusCode != http.StatusOK
+					if resp != nil {
+						_ = resp.Body.Close()
+					}
+					if failed {
+						mu.Lock()
+						res.failed++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		for i := range n {
+			jobs <- i
+		}
+		close(jobs)
+		wg.Wait()
+		elapsed := time.Since(start)
+		res.attemptsPerRequest = float64(srv.attempts) / float64(n)
+		res.timeOverLimit = elapsed.Seconds() / (float64(n) / rate)
+		res.early = srv.early
+	})
+	return res
+}
+
+func TestQueueSimulation(t *testing.T) {
+	get := func(i int) (string, string) {
+		return http.MethodGet, fmt.Sprintf("https://graph.test/v1.0/users/%d", i)
+	}
+	post := func(int) (string, string) { return http.MethodPost, "https://graph.test/v1.0/users" }
+	tests := []struct {
+		name  string
+		path  func(int) (string, string)
+		queue bool
+	}{
+		{"GET distinct URLs, queue on", get, true},
+		{"POST one path, queue on", post, true},
+		{"GET distinct URLs, queue off", get, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := simulate(t, options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: !tt.queue}}, 2000, 200, 400, 40, tt.path)
+			t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
+			assert.Zero(t, res.failed)
+			assert.Zero(t, res.early, "no retry before the server's Retry-After")
+			if tt.queue {
+				assert.LessOrEqual(t, res.attemptsPerRequest, 1.25)
+				assert.LessOrEqual(t, res.timeOverLimit, 1.5)
+			}
+		})
+	}
+}

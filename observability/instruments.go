@@ -1,0 +1,110 @@
+package observability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+)
+
+// DurationBuckets are the histogram bucket boundaries, in seconds, advised
+// for MetricDelay and MetricQueueDuration. The SDK's default boundaries
+// suit milliseconds; retry delays run from nothing to the 180 s default cap
+// and beyond when a server's Retry-After asks for more.
+var DurationBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 180, 300, 600, 1800}
+
+// Instruments are the metric instruments of one retry handler, created once
+// from a MeterProvider and safe for concurrent use. Requests that succeed at
+// their first attempt and are never held record nothing.
+type Instruments struct {
+	retries       metric.Int64Counter
+	delay         metric.Float64Histogram
+	queueDuration metric.Float64Histogram
+	held          metric.Int64UpDownCounter
+}
+
+// NewInstruments creates the handler's instruments from mp, under the meter
+// named ScopeName; nil mp means otel.GetMeterProvider(), whose instruments
+// forward to whatever provider the application installs later. An
+// instrument the provider fails to create is reported to otel.Handle and
+// replaced by a no-op one: telemetry must never stop requests.
+func NewInstruments(mp metric.MeterProvider) *Instruments {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(ScopeName)
+	in := &Instruments{}
+	var err error
+	in.retries, err = m.Int64Counter(MetricRetries, metric.WithUnit(UnitRetries),
+		metric.WithDescription("Retries sent by the retry handler."))
+	if err != nil || in.retries == nil {
+		report(MetricRetries, err)
+		in.retries = noop.Int64Counter{}
+	}
+	in.delay, err = m.Float64Histogram(MetricDelay, metric.WithUnit(UnitDelay),
+		metric.WithDescription("Delay waited before each retry."),
+		metric.WithExplicitBucketBoundaries(DurationBuckets...))
+	if err != nil || in.delay == nil {
+		report(MetricDelay, err)
+		in.delay = noop.Float64Histogram{}
+	}
+	in.queueDuration, err = m.Float64Histogram(MetricQueueDuration, metric.WithUnit(UnitQueueDuration),
+		metric.WithDescription("Time a request was held by the throttle queue."),
+		metric.WithExplicitBucketBoundaries(DurationBuckets...))
+	if err != nil || in.queueDuration == nil {
+		report(MetricQueueDuration, err)
+		in.queueDuration = noop.Float64Histogram{}
+	}
+	in.held, err = m.Int64UpDownCounter(MetricQueueHeldRequests, metric.WithUnit(UnitQueueHeldRequests),
+		metric.WithDescription("Requests held by the throttle queue right now."))
+	if err != nil || in.held == nil {
+		report(MetricQueueHeldRequests, err)
+		in.held = noop.Int64UpDownCounter{}
+	}
+	return in
+}
+
+func report(name string, err error) {
+	if err == nil {
+		err = errors.New("meter provider returned no instrument")
+	}
+	otel.Handle(fmt.Errorf("observability: creating instrument %s: %w", name, err))
+}
+
+// RetryAttributes returns the attributes of MetricRetries and MetricDelay
+// for a retry caused by a response with the given status code (0 when a
+// transport error caused it) for the given RetryReason value.
+func RetryAttributes(status int, reason string) attribute.Set {
+	if status == 0 {
+		return attribute.NewSet(RetryReasonKey.String(reason))
+	}
+	return attribute.NewSet(HTTPResponseStatusCodeKey.Int(status), RetryReasonKey.String(reason))
+}
+
+// RetryDelayed records the delay decided before a retry; attrs come from
+// RetryAttributes.
+func (in *Instruments) RetryDelayed(ctx context.Context, attrs attribute.Set, delay time.Duration) {
+	in.delay.Record(ctx, delay.Seconds(), metric.WithAttributeSet(attrs))
+}
+
+// RetrySent counts a retry sent; attrs come from RetryAttributes.
+func (in *Instruments) RetrySent(ctx context.Context, attrs attribute.Set) {
+	in.retries.Add(ctx, 1, metric.WithAttributeSet(attrs))
+}
+
+// Held counts a request the throttle queue starts holding. Every Held must
+// be followed by one Released.
+func (in *Instruments) Held(ctx context.Context) {
+	in.held.Add(ctx, 1)
+}
+
+// Released counts a request the throttle queue stops holding, after d.
+func (in *Instruments) Released(ctx context.Context, d time.Duration) {
+	in.held.Add(ctx, -1)
+	in.queueDuration.Record(ctx, d.Seconds())
+}

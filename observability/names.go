@@ -1,0 +1,150 @@
+// Package observability names the OpenTelemetry signals of the retry
+// handler and holds its metric instruments.
+//
+// The trace names (span names, the enable attribute, the resend attributes)
+// are the ones the Kiota observability design and kiota-http-go use, so that
+// dashboards built for Kiota's own RetryHandler keep working. Everything the
+// Kiota design does not define (span events, their attributes and every
+// metric) lives in the same com.microsoft.kiota.handler.retry namespace: one
+// prefix finds every signal of the handler, a reverse-domain prefix is what
+// the OpenTelemetry naming rules ask of names outside the semantic
+// conventions, and it cannot collide with a namespace OpenTelemetry may
+// define later. docs/observability.md lists every signal in one table.
+package observability
+
+import (
+	"strconv"
+
+	"go.opentelemetry.io/otel/attribute"
+)
+
+// ScopeName is the instrumentation scope of the handler's meter. Spans use
+// the tracer kiota-http-go's ObservabilityOptions names instead, as the
+// Kiota design asks.
+const ScopeName = "github.com/kiota-resilience/kiota-resilience-go"
+
+// Namespace prefixes every name this package defines that is not part of the
+// Kiota design or the OpenTelemetry semantic conventions.
+const Namespace = "com.microsoft.kiota.handler.retry."
+
+// Span names.
+const (
+	// SpanIntercept is the name of the span covering one request's whole
+	// passage through the handler, retries and waits included.
+	SpanIntercept = "RetryHandler_Intercept"
+	// SpanAttemptPrefix followed by the retry number (1 for the first
+	// retry) names the span of one retry; see AttemptSpanName.
+	SpanAttemptPrefix = "RetryHandler_Intercept - attempt "
+)
+
+// AttemptSpanName returns the name of the span of retry n (1 for the first
+// retry): "RetryHandler_Intercept - attempt n".
+func AttemptSpanName(n int) string { return SpanAttemptPrefix + strconv.Itoa(n) }
+
+// Span attribute keys.
+const (
+	// EnableKey (bool, always true) marks the SpanIntercept span, as
+	// kiota-http-go's handler does.
+	EnableKey = attribute.Key(Namespace + "enable")
+	// HTTPRequestResendCountKey (int) is the retry number of an attempt
+	// span: 1 for the first retry, as the OpenTelemetry HTTP semantic
+	// conventions define http.request.resend_count. The given-up event
+	// carries it too, as the number of retries made.
+	HTTPRequestResendCountKey = attribute.Key("http.request.resend_count")
+	// HTTPResponseStatusCodeKey (int) is the status code of the response
+	// that caused a retry (on an attempt span and in metrics) or of the
+	// last response (on the given-up event). Absent when a transport error
+	// caused it.
+	HTTPResponseStatusCodeKey = attribute.Key("http.response.status_code")
+	// HTTPRequestResendDelayKey (double, seconds) is the delay waited before
+	// the retry of an attempt span.
+	HTTPRequestResendDelayKey = attribute.Key("http.request.resend_delay")
+	// URLFullKey (string) is the request's URL, user info redacted. It is
+	// set only when ObservabilityOptions.GetIncludeEUIIAttributes() is true,
+	// since a URL may carry personal data.
+	URLFullKey = attribute.Key("url.full")
+	// RetryReasonKey (string) says why an attempt was retried: one of the
+	// RetryReason values. On attempt spans and on the retry metrics.
+	RetryReasonKey = attribute.Key(Namespace + "reason")
+	// StopReasonKey (string) says why the handler stopped retrying a failed
+	// attempt: one of the Stop values. On the EventGivenUp event.
+	StopReasonKey = attribute.Key(Namespace + "stop_reason")
+	// QueueExpectedDurationKey (double, seconds) is how long the throttle
+	// queue expects to hold a request, on EventQueueHeld.
+	QueueExpectedDurationKey = attribute.Key(Namespace + "queue.expected_duration")
+	// QueueHeldDurationKey (double, seconds) is how long the throttle queue
+	// actually held a request, on EventQueueReleased.
+	QueueHeldDurationKey = attribute.Key(Namespace + "queue.held_duration")
+)
+
+// Values of RetryReasonKey.
+const (
+	// RetryReasonResponse: the response was a failure worth retrying (its
+	// status code is in RetryHandlerOptions.StatusCodes, or a policy that
+	// classifies responses itself said so).
+	RetryReasonResponse = "response"
+	// RetryReasonTransportError: the attempt got no response.
+	RetryReasonTransportError = "transport_error"
+	// RetryReasonAttemptTimeout: the attempt exceeded
+	// RetryHandlerOptions.AttemptTimeout.
+	RetryReasonAttemptTimeout = "attempt_timeout"
+)
+
+// Values of StopReasonKey: what stopped the handler from retrying a failed
+// attempt. A request that succeeds, or whose response is not a failure the
+// handler retries, is not given up and gets no EventGivenUp.
+const (
+	// StopMaxRetries: RetryHandlerOptions.MaxRetries was reached.
+	StopMaxRetries = "max_retries"
+	// StopMaxElapsed: the next retry would start after MaxElapsed.
+	StopMaxElapsed = "max_elapsed"
+	// StopRetriesTimeLimit: the time waited plus the next delay would
+	// exceed RetriesTimeLimit.
+	StopRetriesTimeLimit = "retries_time_limit"
+	// StopForwardOnlyBody: the request body cannot be sent again.
+	StopForwardOnlyBody = "forward_only_body"
+	// StopPolicy: the retry policy declined another retry.
+	StopPolicy = "policy"
+	// StopShouldRetry: RetryHandlerOptions.ShouldRetry vetoed the retry.
+	StopShouldRetry = "should_retry"
+	// StopNotIdempotent: a transport error broke a request that is not safe
+	// to send twice.
+	StopNotIdempotent = "not_idempotent"
+	// StopPermanentError: a transport error another attempt cannot mend,
+	// such as a TLS verification failure.
+	StopPermanentError = "permanent_error"
+)
+
+// Span event names. The events are added to the SpanIntercept span.
+const (
+	// EventQueueHeld: the throttle queue holds the request back, for about
+	// QueueExpectedDurationKey seconds.
+	EventQueueHeld = Namespace + "queue.held"
+	// EventQueueReleased: the throttle queue let the request go after
+	// QueueHeldDurationKey seconds.
+	EventQueueReleased = Namespace + "queue.released"
+	// EventGivenUp: the last attempt failed and the handler stopped
+	// retrying, for the reason in StopReasonKey.
+	EventGivenUp = Namespace + "given_up"
+)
+
+// Metric names and units. Units follow UCUM as the OpenTelemetry
+// conventions ask: seconds for durations, a {annotation} for counts.
+const (
+	// MetricRetries counts the retries sent, by HTTPResponseStatusCodeKey
+	// and RetryReasonKey.
+	MetricRetries = Namespace + "retries"
+	UnitRetries   = "{retry}"
+	// MetricDelay records the delay before each retry, by
+	// HTTPResponseStatusCodeKey and RetryReasonKey.
+	MetricDelay = Namespace + "delay"
+	UnitDelay   = "s"
+	// MetricQueueDuration records how long the throttle queue held a
+	// request.
+	MetricQueueDuration = Namespace + "queue.duration"
+	UnitQueueDuration   = "s"
+	// MetricQueueHeldRequests is the number of requests the throttle queue
+	// holds right now.
+	MetricQueueHeldRequests = Namespace + "queue.held_requests"
+	UnitQueueHeldRequests   = "{request}"
+)

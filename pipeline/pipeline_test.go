@@ -1,0 +1,186 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	abs "github.com/microsoft/kiota-abstractions-go"
+	"github.com/microsoft/kiota-abstractions-go/authentication"
+	nethttplibrary "github.com/microsoft/kiota-http-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
+	"github.com/kiota-resilience/kiota-resilience-go/middleware"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+	"github.com/kiota-resilience/kiota-resilience-go/pipeline"
+)
+
+// seen is one attempt as the server got it.
+type seen struct {
+	path, encoding, attempt string
+	raw, body               []byte
+}
+
+// recorder answers from a per-path script, then 200, recording attempts.
+type recorder struct {
+	mu      sync.Mutex
+	script  map[string][]int
+	attempt []seen
+}
+
+func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	body := raw
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(bytes.NewReader(raw))
+		if err == nil {
+			body, _ = io.ReadAll(zr)
+		}
+	}
+	rec.mu.Lock()
+	rec.attempt = append(rec.attempt, seen{r.URL.Path, r.Header.Get("Content-Encoding"), r.Header.Get("Retry-Attempt"), raw, body})
+	status := http.StatusOK
+	if s := rec.script[r.URL.Path]; len(s) > 0 {
+		status, rec.script[r.URL.Path] = s[0], s[1:]
+	}
+	rec.mu.Unlock()
+	switch status {
+	case http.StatusFound:
+		w.Header().Set("Location", "/b")
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", "3")
+	}
+	w.WriteHeader(status)
+}
+
+func (rec *recorder) seen() []seen {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]seen(nil), rec.attempt...)
+}
+
+func newServer(t *testing.T, script map[string][]int) (*httptest.Server, *recorder) {
+	rec := &recorder{script: script}
+	srv := httptest.NewServer(rec)
+	t.Cleanup(srv.Close)
+	return srv, rec
+}
+
+func newAdapter(t *testing.T, srv *httptest.Server, clk *clocktest.Clock) *nethttplibrary.NetHttpRequestAdapter {
+	t.Helper()
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(base.CloseIdleConnections)
+	adapter, err := pipeline.NewRequestAdapter(&authentication.AnonymousAuthenticationProvider{},
+		pipeline.WithTransport(base), pipeline.WithRetryOptions(options.RetryHandlerOptions{Clock: clk}))
+	require.NoError(t, err)
+	adapter.SetBaseUrl(srv.URL)
+	return adapter
+}
+
+func postInfo(path string, body []byte) *abs.RequestInformation {
+	ri := abs.NewRequestInformation()
+	ri.Method = abs.POST
+	ri.UrlTemplate = "{+baseurl}" + path
+	ri.Headers.Add("Content-Type", "application/json")
+	ri.Content = body
+	return ri
+}
+
+func TestMiddlewares_FixedOrder(t *testing.T) {
+	h, err := middleware.NewRetryHandler(options.RetryHandlerOptions{})
+	require.NoError(t, err)
+	var names []string
+	for _, m := range pipeline.Middlewares(h) {
+		names = append(names, reflect.TypeOf(m).String())
+	}
+	assert.Equal(t, []string{
+		"*middleware.RetryHandler",
+		"*nethttplibrary.RedirectHandler",
+		"*nethttplibrary.ParametersNameDecodingHandler",
+		"*nethttplibrary.UserAgentHandler",
+		"*nethttplibrary.CompressionHandler",
+		"*nethttplibrary.HeadersInspectionHandler",
+	}, names)
+}
+
+func TestRequestAdapter_RetriedCompressedPostArrivesIdentical(t *testing.T) {
+	srv, rec := newServer(t, map[string][]int{"/users": {429, 503}})
+	clk := clocktest.New(time.Unix(0, 0))
+	adapter := newAdapter(t, srv, clk)
+	payload := []byte(`{"displayName":"Grace Hopper","mailNickname":"grace","accountEnabled":true}`)
+
+	err, waits := clocktest.Drive(clk, func() error {
+		return adapter.SendNoContent(context.Background(), postInfo("/users", payload), nil)
+	})
+	require.NoError(t, err)
+	assert.Len(t, waits, 2)
+	got := rec.seen()
+	require.Len(t, got, 3)
+	for i, a := range got {
+		assert.Equal(t, "gzip", a.encoding, "attempt %d is compressed once", i+1)
+		assert.Equal(t, payload, a.body, "attempt %d decompresses to the original", i+1)
+		assert.Equal(t, got[0].raw, a.raw, "attempt %d sends the same bytes", i+1)
+	}
+	assert.Equal(t, []string{"", "1", "2"}, []string{got[0].attempt, got[1].attempt, got[2].attempt})
+}
+
+func TestRequestAdapter_RedirectThen429IsRetried(t *testing.T) {
+	srv, rec := newServer(t, map[string][]int{"/a": {302, 302}, "/b": {429}})
+	clk := clocktest.New(time.Unix(0, 0))
+	adapter := newAdapter(t, srv, clk)
+	ri := abs.NewRequestInformation()
+	ri.Method = abs.GET
+	ri.UrlTemplate = "{+baseurl}/a"
+
+	err, waits := clocktest.Drive(clk, func() error { return adapter.SendNoContent(context.Background(), ri, nil) })
+	require.NoError(t, err)
+	assert.Equal(t, []time.Duration{3 * time.Second}, waits)
+	var paths []string
+	for _, a := range rec.seen() {
+		paths = append(paths, a.path+"#"+a.attempt)
+	}
+	assert.Equal(t, []string{"/a#", "/b#", "/a#1", "/b#1"}, paths)
+}
+
+func TestRequestAdapter_PerRequestOption(t *testing.T) {
+	srv, rec := newServer(t, map[string][]int{"/users": {429, 429}})
+	clk := clocktest.New(time.Unix(0, 0))
+	adapter := newAdapter(t, srv, clk)
+	ri := postInfo("/users", []byte(`{}`))
+	ri.AddRequestOptions([]abs.RequestOption{&options.RetryHandlerOptions{MaxRetries: -1}})
+
+	err, waits := clocktest.Drive(clk, func() error { return adapter.SendNoContent(context.Background(), ri, nil) })
+	require.Error(t, err, "the 429 reaches the caller")
+	assert.Empty(t, waits)
+	assert.Len(t, rec.seen(), 1)
+}
+
+func TestNewClient_RejectsBadOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opt  pipeline.Option
+		want string
+	}{
+		{"retry options", pipeline.WithRetryOptions(options.RetryHandlerOptions{MaxDelay: -time.Second}), "MaxDelay = -1s"},
+		{"nil handler", pipeline.WithRetryHandler(nil), "handler is nil"},
+		{"nil transport", pipeline.WithTransport(nil), "transport is nil"},
+		{"negative timeout", pipeline.WithTimeout(-time.Second), "timeout = -1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := pipeline.NewClient(tt.opt)
+			assert.Nil(t, c)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
