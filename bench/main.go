@@ -1,0 +1,198 @@
+// Command bench drives one workload through several retrying HTTP clients
+// against a loopback server that throttles like Microsoft Graph, and
+// reports how close each gets to the physical limit: attempts, 429s, wall
+// time, latency, leaked bodies and goroutines, corrupted bodies and retries
+// sent before Retry-After.
+//
+// It prints markdown tables on stdout; with -out it also writes
+// RESULTS.md and throughput.png into that directory. Clients run one after
+// another, never in parallel, so that each has the machine to itself.
+//
+//	go run . -out .                                  # the full run (make bench)
+//	go run . -n 200 -c 20 -scenarios a -methods GET  # a quick look
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+func main() {
+	// net/http logs through the standard logger each time a RoundTripper
+	// returns a response together with an error (failsafe-go does when its
+	// retries run out), once per request; the body it drops is counted as
+	// leaked instead of flooding the progress lines.
+	log.SetOutput(io.Discard)
+	if err := mainErr(os.Args[1:]); err != nil {
+		progress.Fatal(err)
+	}
+}
+
+// progress reports on stderr what the run is doing.
+var progress = log.New(os.Stderr, "bench: ", 0)
+
+func mainErr(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var p params
+	fs.IntVar(&p.n, "n", 2000, "requests per run")
+	fs.IntVar(&p.c, "c", 200, "concurrent workers")
+	fs.Float64Var(&p.rate, "rate", 400, "token bucket rate, requests per second")
+	fs.IntVar(&p.burst, "burst", 40, "token bucket burst")
+	fs.DurationVar(&p.outage, "outage", 2*time.Second, "length of the 503 outage in scenario b")
+	fs.DurationVar(&p.reqTimeout, "timeout", 60*time.Second, "cap on one request, retries included")
+	fs.DurationVar(&p.runTimeout, "run-timeout", 3*time.Minute, "cap on one client's run; requests still going then count as errors")
+	fs.DurationVar(&p.heldAfter, "held", 100*time.Millisecond, "a request to the API that is not throttled counts as held when its first attempt arrives later than this after it was issued")
+	scenarioList := fs.String("scenarios", keys(scenarios, func(s scenario) string { return s.key }), "comma-separated scenarios")
+	clientList := fs.String("clients", keys(clients, func(c client) string { return c.key }), "comma-separated clients")
+	methodList := fs.String("methods", "GET,POST", "comma-separated methods: GET, POST")
+	out := fs.String("out", "", "directory to write RESULTS.md and throughput.png into; empty: stdout only")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := p.validate(); err != nil {
+		return err
+	}
+	scs, err := pick(*scenarioList, scenarios, func(s scenario) string { return s.key })
+	if err != nil {
+		return fmt.Errorf("-scenarios: %w", err)
+	}
+	cls, err := pick(*clientList, clients, func(c client) string { return c.key })
+	if err != nil {
+		return fmt.Errorf("-clients: %w", err)
+	}
+	methods, err := pick(strings.ToUpper(*methodList), []string{"GET", "POST"}, func(m string) string { return m })
+	if err != nil {
+		return fmt.Errorf("-methods: %w", err)
+	}
+	for _, s := range scs {
+		if s.key == "c-hosts" {
+			if err := canListen("127.0.0.2"); err != nil {
+				return fmt.Errorf("scenario c-hosts needs a second loopback address: %w", err)
+			}
+		}
+	}
+
+	loadBefore := loadAverage()
+	var groups []group
+	for _, sc := range scs {
+		for _, m := range methods {
+			g := group{scenario: sc, method: m}
+			for _, cl := range cls {
+				progress.Printf("%s %s: %s ...", sc.key, m, cl.name)
+				r, err := run(cl, sc, m, p)
+				if err != nil {
+					return fmt.Errorf("scenario %s, %s, client %s: %w", sc.key, m, cl.key, err)
+				}
+				progress.Printf("%s %s: %s: ok=%d failed=%d errors=%d attempts/req=%.2f wall=%s (%.2fx)",
+					sc.key, m, cl.name, r.succeeded, r.failed, r.errored, r.attemptsPerRequest(), secs(r.wall), r.overLimit())
+				g.results = append(g.results, r)
+			}
+			writeTable(os.Stdout, g, p)
+			groups = append(groups, g)
+		}
+	}
+	if *out == "" {
+		return nil
+	}
+	const chart = "throughput.png"
+	if err := writeChart(filepath.Join(*out, chart), p, groups, methods); err != nil {
+		return err
+	}
+	command := "go run . " + strings.Join(args, " ")
+	load := ""
+	if loadBefore != "" {
+		load = fmt.Sprintf("load average %s before the run and %s after it", loadBefore, loadAverage())
+	}
+	return writeResults(filepath.Join(*out, "RESULTS.md"), chart, strings.TrimSpace(command), load, p, groups)
+}
+
+// loadAverage returns the machine's 1-minute load average where the
+// system tells it, so that readers can judge how busy the machine was;
+// "" elsewhere.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+func (p params) validate() error {
+	switch {
+	case p.n < 1:
+		return fmt.Errorf("-n = %d must be at least 1", p.n)
+	case p.c < 1:
+		return fmt.Errorf("-c = %d must be at least 1", p.c)
+	case !(p.rate > 0):
+		return fmt.Errorf("-rate = %v must be positive", p.rate)
+	case p.burst < 1:
+		return fmt.Errorf("-burst = %d must be at least 1", p.burst)
+	case p.outage <= 0:
+		return fmt.Errorf("-outage = %v must be positive", p.outage)
+	case p.reqTimeout <= 0:
+		return fmt.Errorf("-timeout = %v must be positive", p.reqTimeout)
+	case p.runTimeout <= 0:
+		return fmt.Errorf("-run-timeout = %v must be positive", p.runTimeout)
+	case p.heldAfter <= 0:
+		return fmt.Errorf("-held = %v must be positive", p.heldAfter)
+	}
+	return nil
+}
+
+func keys[T any](all []T, key func(T) string) string {
+	ks := make([]string, len(all))
+	for i, v := range all {
+		ks[i] = key(v)
+	}
+	return strings.Join(ks, ",")
+}
+
+// pick returns the entries of all named in the comma-separated list, in
+// the order of all.
+func pick[T any](list string, all []T, key func(T) string) ([]T, error) {
+	want := map[string]bool{}
+	for _, k := range strings.Split(list, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			want[k] = true
+		}
+	}
+	var out []T
+	for _, v := range all {
+		if want[key(v)] {
+			out = append(out, v)
+			delete(want, key(v))
+		}
+	}
+	if len(want) > 0 {
+		var unknown []string
+		for k := range want {
+			unknown = append(unknown, k)
+		}
+		slices.Sort(unknown)
+		return nil, fmt.Errorf("unknown %q (known: %s)", unknown, keys(all, key))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("none chosen (known: %s)", keys(all, key))
+	}
+	return out, nil
+}
+
+func canListen(host string) error {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
+)
+
+// params are the workload's knobs, from the command line.
+type params struct {
+	n, c       int
+	rate       float64
+	burst      int
+	outage     time.Duration
+	reqTimeout time.Duration
+	runTimeout time.Duration
+	heldAfter  time.Duration
+}
+
+// scenario is one server setup and how the workload's requests map onto it.
+type scenario struct {
+	key   string // flag value
+	title string
+	about string // for RESULTS.md
+	// config builds the server's configuration.
+	config func(p params) throttletest.Config
+	// target returns the URL of request i and whether it goes to the
+	// throttled API.
+	target func(srv *throttletest.Server, method string, i int) (url string, throttled bool)
+	// limit is the physical limit: the least wall time any client can
+	// finish the workload in, whatever it does.
+	limit func(p params) time.Duration
+	// split reports whether the workload goes to two APIs, of which only
+	// one is throttled.
+	split bool
+}
+
+var scenarios = []scenario{
+	{
+		key:   "a",
+		title: "(a) global token bucket",
+		about: "One token bucket for every request (Graph-like: 429 with `Retry-After` in whole seconds, ceil of the time to the next token, at least 1 s). " +
+			"GET `/users/{i}`, POST `/users`. Physical limit: n / rate.",
+		config: func(p params) throttletest.Config {
+			return throttletest.Config{Bucket: throttletest.Bucket{Rate: p.rate, Burst: p.burst}}
+		},
+		target: func(srv *throttletest.Server, method string, i int) (string, bool) {
+			return item(srv.URL, method, "users", i), true
+		},
+		limit: func(p params) time.Duration { return perSecond(p.n, p.rate) },
+	},
+	{
+		key:   "b",
+		title: "(b) 503 outage without Retry-After",
+		about: "Every request in the first `-outage` after the server starts is answered 503 without `Retry-After`; no throttle after it. " +
+			"Physical limit: the outage.",
+		config: func(p params) throttletest.Config { return throttletest.Config{Outage: p.outage} },
+		target: func(srv *throttletest.Server, method string, i int) (string, bool) {
+			return item(srv.URL, method, "users", i), true
+		},
+		limit: func(p params) time.Duration { return p.outage },
+	},
+	{
+		key:   "c-paths",
+		title: "(c) two APIs on one host, paths share no leading segment",
+		about: "Even requests go to `/mail/messages…`, throttled by a bucket of their own (rate, burst); odd ones to `/files/items…` on the same host, not throttled. " +
+			"Physical limit: (throttled requests) / rate.",
+		config: func(p params) throttletest.Config {
+			return throttletest.Config{PathBuckets: map[string]throttletest.Bucket{"mail": {Rate: p.rate, Burst: p.burst}}}
+		},
+		target: func(srv *throttletest.Server, method string, i int) (string, bool) {
+			if i%2 == 0 {
+				return item(srv.URL, method, "mail/messages", i), true
+			}
+			return item(srv.URL, method, "files/items", i), false
+		},
+		limit: func(p params) time.Duration { return perSecond((p.n+1)/2, p.rate) },
+		split: true,
+	},
+	{
+		key:   "c-hosts",
+		title: "(c) two APIs on different hosts, same paths",
+		about: "Even requests go to 127.0.0.1, throttled by a bucket for that host (rate, burst); odd ones to the same paths on 127.0.0.2, not throttled. " +
+			"Physical limit: (throttled requests) / rate.",
+		config: func(p params) throttletest.Config {
+			return throttletest.Config{
+				Hosts:       []string{"127.0.0.1", "127.0.0.2"},
+				HostBuckets: map[string]throttletest.Bucket{"127.0.0.1": {Rate: p.rate, Burst: p.burst}},
+			}
+		},
+		target: func(srv *throttletest.Server, method string, i int) (string, bool) {
+			if i%2 == 0 {
+				return item(srv.URLs[0], method, "users", i), true
+			}
+			return item(srv.URLs[1], method, "users", i), false
+		},
+		limit: func(p params) time.Duration { return perSecond((p.n+1)/2, p.rate) },
+		split: true,
+	},
+}
+
+// item is the URL of request i: a GET reads one item of the collection,
+// a POST creates one in it, as Graph clients do.
+func item(base, method, collection string, i int) string {
+	if method == "GET" {
+		return fmt.Sprintf("%s/%s/%d", base, collection, i)
+	}
+	return fmt.Sprintf("%s/%s", base, collection)
+}
+
+func perSecond(n int, rate float64) time.Duration {
+	return time.Duration(float64(n) / rate * float64(time.Second))
+}
