@@ -22,23 +22,25 @@ type replayer struct {
 }
 
 // newReplayer inspects req's body. The caller's request is not modified.
-func newReplayer(req *http.Request) (*replayer, error) {
-	r := &replayer{orig: req.Body, getBody: req.GetBody}
+// It returns a value, which lives in the request's frame: only a seekable
+// body without GetBody costs an allocation, shared with its first view.
+func newReplayer(req *http.Request) replayer {
+	r := replayer{orig: req.Body, getBody: req.GetBody}
 	if req.Body == nil || req.Body == http.NoBody || req.GetBody != nil {
-		return r, nil
+		return r
 	}
 	if s, ok := req.Body.(io.ReadSeeker); ok {
 		start, err := s.Seek(0, io.SeekCurrent)
 		if err != nil {
 			// A body that claims to seek but cannot is forward-only.
-			return r, nil //nolint:nilerr
+			return r
 		}
 		r.seek = &seekBody{rs: s, start: start, length: -1}
 		if req.ContentLength > 0 {
 			r.seek.length = req.ContentLength
 		}
 	}
-	return r, nil
+	return r
 }
 
 // rewindable reports whether the body can be sent again.
@@ -80,8 +82,9 @@ type seekBody struct {
 	mu     sync.Mutex
 	rs     io.ReadSeeker
 	start  int64
-	length int64 // the request's ContentLength when known, else -1
-	gen    int   // 0 before the first attempt, -1 once closed
+	length int64    // the request's ContentLength when known, else -1
+	gen    int      // 0 before the first attempt, -1 once closed
+	first  seekView // the first attempt's view, allocated with the body
 }
 
 func (s *seekBody) next() (io.ReadCloser, error) {
@@ -93,6 +96,10 @@ func (s *seekBody) next() (io.ReadCloser, error) {
 		}
 	}
 	s.gen++
+	if s.gen == 1 {
+		s.first = seekView{s: s, gen: 1}
+		return &s.first, nil
+	}
 	return &seekView{s: s, gen: s.gen}, nil
 }
 

@@ -45,8 +45,7 @@ func TestSeekView_ReadAfterReplaced(t *testing.T) {
 			require.NoError(t, err)
 			req.Body = seekOnly{strings.NewReader(payload)}
 			req.ContentLength = tt.length
-			r, err := newReplayer(req)
-			require.NoError(t, err)
+			r := newReplayer(req)
 			require.True(t, r.rewindable())
 			body, err := r.next()
 			require.NoError(t, err)

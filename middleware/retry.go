@@ -30,14 +30,20 @@ var ErrAttemptTimeout = errors.New("attempt timed out")
 // as its options say. It is safe for concurrent use; one handler is meant
 // to serve every request of a client.
 type RetryHandler struct {
-	opts  options.RetryHandlerOptions
-	clock options.Clock
-	queue *queue // nil when the handler's options turn it off
-	inst  *observability.Instruments
-	stats stats
+	opts   options.RetryHandlerOptions
+	policy options.Policy // opts.EffectivePolicy(), built once
+	limits options.Limits // opts.Limits()
+	clock  options.Clock
+	queue  *queue // nil when the handler's options turn it off
+	inst   *observability.Instruments
+	stats  stats
 }
 
 var _ nethttplibrary.Middleware = (*RetryHandler)(nil)
+
+// retryOptionsKey is the context key of per-request options, converted to
+// an interface once: converting options.Key() allocates on every lookup.
+var retryOptionsKey any = options.Key()
 
 // NewRetryHandler returns a RetryHandler configured by opts, whose zero
 // fields take their documented defaults. It rejects invalid options with an
@@ -51,7 +57,10 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 	if clock == nil {
 		clock = options.SystemClock
 	}
-	h := &RetryHandler{opts: opts, clock: clock, inst: observability.NewInstruments(opts.MeterProvider)}
+	h := &RetryHandler{
+		opts: opts, policy: opts.EffectivePolicy(), limits: opts.Limits(),
+		clock: clock, inst: observability.NewInstruments(opts.MeterProvider),
+	}
 	if !opts.Queue.Disabled {
 		h.queue = newQueue(clock, opts.Queue)
 	}
@@ -83,22 +92,16 @@ func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, re
 	r := run{h: h, pipeline: pipeline, index: index, req: req, obs: observer{inst: h.inst, clock: h.clock}}
 	ctx := r.obs.begin(req)
 	defer func() { r.obs.end(req.Context(), err) }()
-	opts := &h.opts
-	if o, ok := req.Context().Value(options.Key()).(*options.RetryHandlerOptions); ok && o != nil {
+	r.opts, r.policy, r.limits = &h.opts, h.policy, h.limits
+	if o, ok := req.Context().Value(retryOptionsKey).(*options.RetryHandlerOptions); ok && o != nil {
 		if err := o.Validate(); err != nil {
 			closeRequestBody(req)
 			return nil, fmt.Errorf("retry handler: %s %s: per-request options: %w", req.Method, hostOf(req), err)
 		}
-		opts = o
+		r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
 	}
-	body, err := newReplayer(req)
-	if err != nil {
-		closeRequestBody(req)
-		return nil, err
-	}
-	defer body.finish()
-
-	r.opts, r.body, r.policy, r.limits = opts, body, opts.EffectivePolicy(), opts.Limits()
+	r.body = newReplayer(req)
+	defer r.body.finish()
 	return r.do(ctx)
 }
 
@@ -111,7 +114,7 @@ type run struct {
 	pipeline nethttplibrary.Pipeline
 	index    int
 	req      *http.Request
-	body     *replayer
+	body     replayer
 	tgt      *target
 	start    time.Time
 	waited   time.Duration // cumulative time spent between attempts

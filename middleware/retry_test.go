@@ -405,6 +405,17 @@ func TestRetryHandler_PerRequestOptions(t *testing.T) {
 		assert.Empty(t, waits)
 		assert.Len(t, srv.attempts(), 1)
 	})
+	t.Run("replace the handler's policy", func(t *testing.T) {
+		srv := newScripted(t, reply{status: 503}, reply{status: 503}, reply{status: 503})
+		h, clk := newHandler(t, options.RetryHandlerOptions{Policy: fixedPolicy(5, time.Second)})
+		o := &options.RetryHandlerOptions{Policy: fixedPolicy(1, 7*time.Second)}
+		req, _ := http.NewRequestWithContext(context.WithValue(context.Background(), o.GetKey(), o), http.MethodGet, srv.URL, nil)
+		res, waits := do(clk, newClient(t, h), req)
+		require.NoError(t, res.err)
+		assert.Equal(t, 503, res.resp.StatusCode)
+		assert.Equal(t, secs(7), waits)
+		assert.Len(t, srv.attempts(), 2)
+	})
 	t.Run("an invalid one fails the request before sending", func(t *testing.T) {
 		srv := newScripted(t)
 		h, clk := newHandler(t, options.RetryHandlerOptions{})
