@@ -13,7 +13,7 @@ type pacer interface {
 	// sent records a release at now.
 	sent(now time.Time)
 	// succeeded records a response that was not throttled.
-	succeeded(sent, now time.Time)
+	succeeded(sent time.Time)
 	// throttled records a throttled response that holds its target until end.
 	throttled(sent, now, end time.Time)
 }
@@ -141,7 +141,7 @@ func (p *adaptivePacer) sent(now time.Time) {
 	}
 }
 
-func (p *adaptivePacer) succeeded(sent, now time.Time) {
+func (p *adaptivePacer) succeeded(sent time.Time) {
 	if p.state == pacerCold || p.state == pacerSearching && sent.Before(p.reacted) {
 		// The first wave's successes, whenever they arrive, are the burst.
 		p.burst++

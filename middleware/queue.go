@@ -162,10 +162,10 @@ func (q *queue) throttled(t *target, sent, now, end time.Time) {
 
 // succeeded feeds a request's success to its host's pacer. The first
 // throttle needs to know how many requests the host let through before.
-func (q *queue) succeeded(host string, sent, now time.Time) {
+func (q *queue) succeeded(host string, sent time.Time) {
 	s := q.state(host, true)
 	s.mu.Lock()
-	s.pacer.succeeded(sent, now)
+	s.pacer.succeeded(sent)
 	s.mu.Unlock()
 }
 

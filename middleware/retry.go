@@ -141,24 +141,39 @@ func (r *run) do(ctx context.Context) (*http.Response, error) {
 			return nil, fmt.Errorf("retry handler: %s %s: preparing attempt %d: %w", r.req.Method, hostOf(r.req), retry+1, err)
 		}
 		resp, err := r.send(actx, attemptReq, retry)
-		now := r.h.clock.Now()
+		back := reading{clock: r.h.clock} // when the attempt came back
 		r.obs.sent(ctx, err)
 		if err != nil && ctx.Err() != nil {
 			discard(resp)
 			return nil, r.canceled(ctx, retry+1)
 		}
-		r.observe(resp, err, sentAt, now)
+		r.observe(resp, err, sentAt, &back)
 		if stop := r.classify(attemptReq, resp, err, retry+1); stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
-		delay, stop := r.retryDelay(attemptReq, resp, err, retry+1)
+		delay, stop := r.retryDelay(attemptReq, resp, err, retry+1, back.now())
 		if stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
 		actx = r.obs.retrying(ctx, retry+1, resp, err, delay)
 		last = keep(resp)
-		notBefore = now.Add(delay)
+		notBefore = back.now().Add(delay)
 	}
+}
+
+// reading reads its clock once, when first asked: a request that succeeds
+// at once never needs the time its attempt came back.
+type reading struct {
+	clock options.Clock
+	t     time.Time
+	read  bool
+}
+
+func (r *reading) now() time.Time {
+	if !r.read {
+		r.t, r.read = r.clock.Now(), true
+	}
+	return r.t
 }
 
 // admit waits until attempt retry+1 may be sent: after notBefore and, with
@@ -166,7 +181,10 @@ func (r *run) do(ctx context.Context) (*http.Response, error) {
 // returns when the attempt was let go. A first attempt is never refused:
 // held past the limits it is sent at once and the server decides.
 func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.Time, error) {
-	now := r.h.clock.Now()
+	now := r.start // a first attempt is admitted as the request starts
+	if retry > 0 {
+		now = r.h.clock.Now()
+	}
 	if ctx.Err() != nil {
 		return now, ctx.Err()
 	}
@@ -175,13 +193,16 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.T
 		deadline = earlier(deadline, now.Add(l-r.waited))
 	}
 	var err error
-	if q := r.queue(); q != nil && !q.idle(r.req.URL.Host) {
+	switch q := r.queue(); {
+	case q != nil && !q.idle(r.req.URL.Host):
 		err = q.acquire(ctx, r.target(), notBefore, deadline, &r.obs)
 		if errors.Is(err, errHoldTooLong) && retry == 0 {
 			err = nil
 		}
-	} else {
+	case notBefore.After(now):
 		err = sleepUntil(ctx, r.h.clock, notBefore)
+	default:
+		return now, nil // nothing to wait for
 	}
 	sent := r.h.clock.Now()
 	if retry > 0 {
@@ -208,25 +229,32 @@ func (r *run) target() *target {
 
 // observe tells the queue what the server answered, so that requests to a
 // throttled target are held and the host's pace is learned. It runs even
-// for a request that opted out of the queue, for the others' sake.
-func (r *run) observe(resp *http.Response, err error, sent, now time.Time) {
+// for a request that opted out of the queue, for the others' sake. back is
+// when the response came; only a throttle needs it.
+func (r *run) observe(resp *http.Response, err error, sent time.Time, back *reading) {
 	q := r.h.queue
 	if q == nil || err != nil || resp == nil {
 		return
 	}
-	ra, has := RetryAfter(resp.Header, now)
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests:
-		if !has {
+	var ra time.Duration
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests:
+		var has bool
+		if ra, has = RetryAfter(resp.Header, back.now()); !has {
 			ra = defaultThrottle
 		}
-	case has && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusGatewayTimeout):
+	case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		var has bool
+		if ra, has = RetryAfter(resp.Header, back.now()); !has {
+			return
+		}
 	default:
 		if resp.StatusCode < 500 {
-			q.succeeded(r.req.URL.Host, sent, now)
+			q.succeeded(r.req.URL.Host, sent)
 		}
 		return
 	}
+	now := back.now()
 	end := now.Add(ra)
 	if end.Before(now) { // saturated Retry-After
 		end = time.Unix(1<<62, 0)
@@ -338,12 +366,12 @@ func (r *run) classify(req *http.Request, resp *http.Response, err error, n int)
 }
 
 // retryDelay applies the handler's rules on top of the policy: it returns
-// the delay before retry n, or why that retry may not be made.
-func (r *run) retryDelay(req *http.Request, resp *http.Response, err error, n int) (time.Duration, string) {
+// the delay before retry n, or why that retry may not be made. now is when
+// the failed attempt came back.
+func (r *run) retryDelay(req *http.Request, resp *http.Response, err error, n int, now time.Time) (time.Duration, string) {
 	if max := r.limits.MaxRetries; max < 0 || max > 0 && n > max {
 		return 0, stopRetries
 	}
-	now := r.h.clock.Now()
 	a := options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: req, Response: resp, Err: err}
 	if resp != nil {
 		a.RetryAfter, a.HasRetryAfter = RetryAfter(resp.Header, now)
