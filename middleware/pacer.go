@@ -12,8 +12,9 @@ type pacer interface {
 	next(now time.Time) time.Time
 	// sent records a release at now.
 	sent(now time.Time)
-	// succeeded records a response that was not throttled.
-	succeeded(sent time.Time)
+	// succeeded records n responses that were not throttled, sent at
+	// sent; a zero sent means before the host's first throttle.
+	succeeded(sent time.Time, n int)
 	// throttled records a throttled response that holds its target until end.
 	throttled(sent, now, end time.Time)
 }
@@ -141,10 +142,10 @@ func (p *adaptivePacer) sent(now time.Time) {
 	}
 }
 
-func (p *adaptivePacer) succeeded(sent time.Time) {
+func (p *adaptivePacer) succeeded(sent time.Time, n int) {
 	if p.state == pacerCold || p.state == pacerSearching && sent.Before(p.reacted) {
 		// The first wave's successes, whenever they arrive, are the burst.
-		p.burst++
+		p.burst += n
 	}
 }
 

@@ -81,7 +81,10 @@ func (t *target) prefix(n int) string { return strings.Join(t.segs[:n], "/") }
 type hostState struct {
 	// active turns true at the host's first throttle; until then its
 	// requests skip the queue without taking the lock.
-	active   atomic.Bool
+	active atomic.Bool
+	// cold counts the successes seen while the host was not active, for
+	// its pacer, without the lock; the first throttle moves them there.
+	cold     atomic.Int64
 	mu       sync.Mutex
 	urls     map[string]time.Time
 	paths    map[string]time.Time
@@ -144,6 +147,7 @@ func (q *queue) throttled(t *target, sent, now, end time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.active.Store(true)
+	s.settleCold()
 	s.urls[t.url] = later(s.urls[t.url], end)
 	s.paths[t.path] = later(s.paths[t.path], end)
 	for n := 1; n <= len(t.segs); n++ {
@@ -160,13 +164,42 @@ func (q *queue) throttled(t *target, sent, now, end time.Time) {
 	s.kick()
 }
 
-// succeeded feeds a request's success to its host's pacer. The first
-// throttle needs to know how many requests the host let through before.
-func (q *queue) succeeded(host string, sent time.Time) {
-	s := q.state(host, true)
+// succeeded feeds a request's success to the host's pacer. The first
+// throttle needs to know how many requests the host let through before;
+// until then a success costs an atomic add.
+func (s *hostState) succeeded(sent time.Time) {
+	if !s.active.Load() {
+		if testHookCold != nil {
+			testHookCold()
+		}
+		s.cold.Add(1)
+		if !s.active.Load() {
+			return
+		}
+		// The first throttle came meanwhile and may have settled the
+		// count before this success was in it.
+		s.mu.Lock()
+		s.settleCold()
+		s.mu.Unlock()
+		return
+	}
 	s.mu.Lock()
-	s.pacer.succeeded(sent)
+	s.pacer.succeeded(sent, 1)
 	s.mu.Unlock()
+}
+
+// testHookCold, when a test sets it, runs as a success is found cold,
+// before it is counted.
+var testHookCold func()
+
+// settleCold hands the successes counted while the host was not active to
+// its pacer. It is called with s.mu held, after active is set, so that a
+// success either is in the count it takes or sees active and settles
+// itself.
+func (s *hostState) settleCold() {
+	if n := s.cold.Swap(0); n > 0 {
+		s.pacer.succeeded(time.Time{}, int(n))
+	}
 }
 
 // prune drops entries whose recovery window has passed and, past
@@ -213,10 +246,9 @@ func (q *queue) prune(s *hostState, now time.Time) {
 	}
 }
 
-// idle reports whether host was never throttled, so that its requests
-// need no queue at all.
-func (q *queue) idle(host string) bool {
-	s := q.state(host, false)
+// idle reports whether the host of s (nil when the queue never heard of
+// it) was never throttled, so that its requests need no queue at all.
+func idle(s *hostState) bool {
 	return s == nil || !s.active.Load()
 }
 

@@ -116,6 +116,7 @@ type run struct {
 	req      *http.Request
 	body     replayer
 	tgt      *target
+	host     *hostState // the queue's state of the request's host, once looked up
 	start    time.Time
 	waited   time.Duration // cumulative time spent between attempts
 	obs      observer      // reports the request's signals; see observe.go
@@ -194,7 +195,7 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.T
 	}
 	var err error
 	switch q := r.queue(); {
-	case q != nil && !q.idle(r.req.URL.Host):
+	case q != nil && !idle(r.hostState(false)):
 		err = q.acquire(ctx, r.target(), notBefore, deadline, &r.obs)
 		if errors.Is(err, errHoldTooLong) && retry == 0 {
 			err = nil
@@ -217,6 +218,16 @@ func (r *run) queue() *queue {
 		return nil
 	}
 	return r.h.queue
+}
+
+// hostState returns the queue's state of the request's host, creating it
+// when create is set, or nil. A state, once made, is never replaced, so it
+// is looked up until found and then kept.
+func (r *run) hostState(create bool) *hostState {
+	if r.host == nil {
+		r.host = r.h.queue.state(r.req.URL.Host, create)
+	}
+	return r.host
 }
 
 // target returns the request as the queue's matching rules see it.
@@ -250,7 +261,7 @@ func (r *run) observe(resp *http.Response, err error, sent time.Time, back *read
 		}
 	default:
 		if resp.StatusCode < 500 {
-			q.succeeded(r.req.URL.Host, sent)
+			r.hostState(true).succeeded(sent)
 		}
 		return
 	}
