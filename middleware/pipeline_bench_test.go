@@ -79,6 +79,13 @@ func benchSetup(b *testing.B) (string, http.RoundTripper, []benchHandler, []benc
 			require.NoError(b, err)
 			return req, func() {}
 		}},
+		{"GET-observed", func(b *testing.B, url string) (*http.Request, func()) {
+			obs := &nethttplibrary.ObservabilityOptions{}
+			ctx := context.WithValue(context.Background(), obs.GetKey(), obs)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			require.NoError(b, err)
+			return req, func() {}
+		}},
 		{"POST-GetBody", func(b *testing.B, url string) (*http.Request, func()) {
 			req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, bytes.NewReader(benchPayload))
 			require.NoError(b, err)
@@ -122,9 +129,12 @@ func benchSend(b *testing.B, client *http.Client, req *http.Request, reset func(
 //   - queue-off: our RetryHandler with the throttle queue turned off;
 //   - queue-on: our RetryHandler with its defaults, queue on.
 //
-// The requests are a GET without a body, a POST whose bytes.Reader body
-// came through http.NewRequest (so it has GetBody), and a POST with a
-// seekable body and no GetBody, as kiota-http-go's request adapter builds it.
+// The requests are a GET without a body; the same GET carrying
+// kiota-http-go's ObservabilityOptions, as its request adapter always
+// sends them (no tracer provider installed: the OpenTelemetry API's no-op
+// spans, which the pipeline and both retry handlers start); a POST whose
+// bytes.Reader body came through http.NewRequest (so it has GetBody); and
+// a POST with a seekable body and no GetBody, as the adapter builds it.
 //
 // Allocations are exact; they include the server's, which are the same
 // for every handler. On a busy machine ns/op drifts between
