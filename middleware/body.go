@@ -22,20 +22,25 @@ type replayer struct {
 }
 
 // newReplayer inspects req's body. The caller's request is not modified.
-func newReplayer(req *http.Request) (*replayer, error) {
-	r := &replayer{orig: req.Body, getBody: req.GetBody}
+// It returns a value, which lives in the request's frame: only a seekable
+// body without GetBody costs an allocation, shared with its first view.
+func newReplayer(req *http.Request) replayer {
+	r := replayer{orig: req.Body, getBody: req.GetBody}
 	if req.Body == nil || req.Body == http.NoBody || req.GetBody != nil {
-		return r, nil
+		return r
 	}
 	if s, ok := req.Body.(io.ReadSeeker); ok {
 		start, err := s.Seek(0, io.SeekCurrent)
 		if err != nil {
 			// A body that claims to seek but cannot is forward-only.
-			return r, nil //nolint:nilerr
+			return r
 		}
-		r.seek = &seekBody{rs: s, start: start}
+		r.seek = &seekBody{rs: s, start: start, length: -1}
+		if req.ContentLength > 0 {
+			r.seek.length = req.ContentLength
+		}
 	}
-	return r, nil
+	return r
 }
 
 // rewindable reports whether the body can be sent again.
@@ -74,10 +79,12 @@ func (r *replayer) finish() {
 // and makes older views fail, so a transport goroutine still writing an
 // abandoned attempt can never interleave its reads with the new attempt's.
 type seekBody struct {
-	mu    sync.Mutex
-	rs    io.ReadSeeker
-	start int64
-	gen   int // 0 before the first attempt, -1 once closed
+	mu     sync.Mutex
+	rs     io.ReadSeeker
+	start  int64
+	length int64    // the request's ContentLength when known, else -1
+	gen    int      // 0 before the first attempt, -1 once closed
+	first  seekView // the first attempt's view, allocated with the body
 }
 
 func (s *seekBody) next() (io.ReadCloser, error) {
@@ -89,6 +96,10 @@ func (s *seekBody) next() (io.ReadCloser, error) {
 		}
 	}
 	s.gen++
+	if s.gen == 1 {
+		s.first = seekView{s: s, gen: 1}
+		return &s.first, nil
+	}
 	return &seekView{s: s, gen: s.gen}, nil
 }
 
@@ -100,17 +111,31 @@ func (s *seekBody) close(c io.Closer) {
 }
 
 type seekView struct {
-	s   *seekBody
-	gen int
+	s    *seekBody
+	gen  int
+	read int64 // bytes this view delivered
+	eof  bool  // the seeker reported the end of the body to this view
 }
 
 func (v *seekView) Read(p []byte) (int, error) {
 	v.s.mu.Lock()
 	defer v.s.mu.Unlock()
 	if v.s.gen != v.gen {
+		// net/http reads on past a known length to check that the body
+		// ends there, and may do so after the response came and the
+		// request finished. A view that delivered the whole body answers
+		// as the body would, or the connection is not reused.
+		if v.eof || v.s.length >= 0 && v.read >= v.s.length {
+			return 0, io.EOF
+		}
 		return 0, errStaleBody
 	}
-	return v.s.rs.Read(p)
+	n, err := v.s.rs.Read(p)
+	v.read += int64(n)
+	if err == io.EOF {
+		v.eof = true
+	}
+	return n, err
 }
 
 // Close is a no-op: the caller's body stays open for later attempts and is

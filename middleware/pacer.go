@@ -15,6 +15,9 @@ type pacer interface {
 	sent(now time.Time)
 	// succeeded records a response that was not throttled.
 	succeeded(sent, now time.Time)
+	// settle records n successes counted before the host's first throttle,
+	// of requests sent before its first answer, at first.
+	settle(n int, first time.Time)
 	// throttled records a throttled response that holds its target until end.
 	throttled(sent, now, end time.Time)
 }
@@ -166,6 +169,15 @@ func (p *adaptivePacer) observe(sent, now time.Time) {
 	p.rtt = max(now.Sub(sent), p.rtt*63/64)
 	if p.first.IsZero() {
 		p.first = now
+	}
+}
+
+// settle takes the n successes of requests sent before the host's first
+// answer, at first, that the queue counted without its lock.
+func (p *adaptivePacer) settle(n int, first time.Time) {
+	p.burst += n
+	if p.first.IsZero() || first.Before(p.first) {
+		p.first = first
 	}
 }
 

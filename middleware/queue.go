@@ -81,7 +81,12 @@ func (t *target) prefix(n int) string { return strings.Join(t.segs[:n], "/") }
 type hostState struct {
 	// active turns true at the host's first throttle; until then its
 	// requests skip the queue without taking the lock.
-	active   atomic.Bool
+	active atomic.Bool
+	// cold counts, without the lock, the successes of requests sent before
+	// the host's first answer (first, in Unix nanoseconds) while the host
+	// was not active; the first throttle moves them to its pacer.
+	cold     atomic.Int64
+	first    atomic.Int64
 	mu       sync.Mutex
 	urls     map[string]time.Time
 	paths    map[string]time.Time
@@ -143,7 +148,9 @@ func (q *queue) throttled(t *target, sent, now, end time.Time) {
 	s := q.state(t.host, true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.answered(now)
 	s.active.Store(true)
+	s.settleCold()
 	s.urls[t.url] = later(s.urls[t.url], end)
 	s.paths[t.path] = later(s.paths[t.path], end)
 	for n := 1; n <= len(t.segs); n++ {
@@ -160,13 +167,56 @@ func (q *queue) throttled(t *target, sent, now, end time.Time) {
 	s.kick()
 }
 
-// succeeded feeds a request's success to its host's pacer. The first
-// throttle needs to know how many requests the host let through before.
-func (q *queue) succeeded(host string, sent, now time.Time) {
-	s := q.state(host, true)
+// succeeded feeds a request's success to the host's pacer. The first
+// throttle needs to know how many of the requests sent before the host's
+// first answer succeeded; until then a success costs a few atomic
+// operations, not the lock.
+func (s *hostState) succeeded(sent time.Time, back *reading) {
+	if !s.active.Load() {
+		if testHookCold != nil {
+			testHookCold()
+		}
+		// Only the host's first answer needs the time it came back.
+		if s.first.Load() == 0 {
+			s.answered(back.now())
+		}
+		if !sent.Before(time.Unix(0, s.first.Load())) {
+			return
+		}
+		s.cold.Add(1)
+		if !s.active.Load() {
+			return
+		}
+		// The first throttle came meanwhile and may have settled the
+		// count before this success was in it.
+		s.mu.Lock()
+		s.settleCold()
+		s.mu.Unlock()
+		return
+	}
 	s.mu.Lock()
-	s.pacer.succeeded(sent, now)
+	s.pacer.succeeded(sent, back.now())
 	s.mu.Unlock()
+}
+
+// answered records an answer at now and returns the host's first.
+func (s *hostState) answered(now time.Time) time.Time {
+	s.first.CompareAndSwap(0, now.UnixNano())
+	return time.Unix(0, s.first.Load())
+}
+
+// testHookCold, when a test sets it, runs as a success is found cold,
+// before it is counted.
+var testHookCold func()
+
+// settleCold hands the successes counted while the host was not active to
+// its pacer. It is called with s.mu held, after active is set, so that a
+// success either is in the count it takes or sees active and settles
+// itself.
+func (s *hostState) settleCold() {
+	if n := s.cold.Swap(0); n > 0 {
+		s.pacer.settle(int(n), time.Unix(0, s.first.Load()))
+	}
 }
 
 // prune drops entries whose recovery window has passed and, past
@@ -218,10 +268,9 @@ func dropEarliest[V any](m map[string]V, keep int, end func(V) time.Time) {
 	}
 }
 
-// idle reports whether host was never throttled, so that its requests
-// need no queue at all.
-func (q *queue) idle(host string) bool {
-	s := q.state(host, false)
+// idle reports whether the host of s (nil when the queue never heard of
+// it) was never throttled, so that its requests need no queue at all.
+func idle(s *hostState) bool {
 	return s == nil || !s.active.Load()
 }
 

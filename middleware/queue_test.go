@@ -122,12 +122,12 @@ func TestQueueMatch(t *testing.T) {
 
 func TestQueueIdle(t *testing.T) {
 	q := newQueue(clocktest.New(t0), options.QueueOptions{})
-	assert.True(t, q.idle("graph.test"), "never throttled")
-	q.succeeded("graph.test", t0, t0)
-	assert.True(t, q.idle("graph.test"), "a success does not wake the queue")
+	assert.True(t, idle(q.state("graph.test", false)), "never throttled")
+	q.state("graph.test", true).succeeded(t0, &reading{t: t0, read: true})
+	assert.True(t, idle(q.state("graph.test", false)), "a success does not wake the queue")
 	q.throttled(targetOf(t, graph+"/v1.0/me"), t0, t0, t0.Add(time.Second))
-	assert.False(t, q.idle("graph.test"), "throttled")
-	assert.True(t, q.idle("other.test"), "another host")
+	assert.False(t, idle(q.state("graph.test", false)), "throttled")
+	assert.True(t, idle(q.state("other.test", false)), "another host")
 }
 
 func TestAdaptivePacerCold(t *testing.T) {
@@ -305,6 +305,7 @@ func (p *fixedPacer) next(time.Time) time.Time {
 }
 func (p *fixedPacer) sent(now time.Time)                        { p.last = now }
 func (p *fixedPacer) succeeded(time.Time, time.Time)            {}
+func (p *fixedPacer) settle(int, time.Time)                     {}
 func (p *fixedPacer) throttled(time.Time, time.Time, time.Time) {}
 
 // acquired is what one queue.acquire returned, and when.
@@ -468,7 +469,7 @@ func TestQueueReleasePacing(t *testing.T) {
 		h := newHolders(t, options.QueueOptions{})
 		me := targetOf(t, graph+"/v1.0/me")
 		for range 40 {
-			h.q.succeeded("graph.test", t0, t0.Add(10*time.Millisecond))
+			h.q.state("graph.test", true).succeeded(t0, &reading{t: t0.Add(10*time.Millisecond), read: true})
 		}
 		// The first throttle starts the search at its end, 1 s later...
 		h.q.throttled(me, t0, t0, t0.Add(time.Second))

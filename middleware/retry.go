@@ -30,14 +30,20 @@ var ErrAttemptTimeout = errors.New("attempt timed out")
 // as its options say. It is safe for concurrent use; one handler is meant
 // to serve every request of a client.
 type RetryHandler struct {
-	opts  options.RetryHandlerOptions
-	clock options.Clock
-	queue *queue // nil when the handler's options turn it off
-	inst  *observability.Instruments
-	stats stats
+	opts   options.RetryHandlerOptions
+	policy options.Policy // opts.EffectivePolicy(), built once
+	limits options.Limits // opts.Limits()
+	clock  options.Clock
+	queue  *queue // nil when the handler's options turn it off
+	inst   *observability.Instruments
+	stats  stats
 }
 
 var _ nethttplibrary.Middleware = (*RetryHandler)(nil)
+
+// retryOptionsKey is the context key of per-request options, converted to
+// an interface once: converting options.Key() allocates on every lookup.
+var retryOptionsKey any = options.Key()
 
 // NewRetryHandler returns a RetryHandler configured by opts, whose zero
 // fields take their documented defaults. It rejects invalid options with an
@@ -51,7 +57,10 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 	if clock == nil {
 		clock = options.SystemClock
 	}
-	h := &RetryHandler{opts: opts, clock: clock, inst: observability.NewInstruments(opts.MeterProvider)}
+	h := &RetryHandler{
+		opts: opts, policy: opts.EffectivePolicy(), limits: opts.Limits(),
+		clock: clock, inst: observability.NewInstruments(opts.MeterProvider),
+	}
 	if !opts.Queue.Disabled {
 		h.queue = newQueue(clock, opts.Queue)
 	}
@@ -83,22 +92,16 @@ func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, re
 	r := run{h: h, pipeline: pipeline, index: index, req: req, obs: observer{inst: h.inst, clock: h.clock}}
 	ctx := r.obs.begin(req)
 	defer func() { r.obs.end(req.Context(), err) }()
-	opts := &h.opts
-	if o, ok := req.Context().Value(options.Key()).(*options.RetryHandlerOptions); ok && o != nil {
+	r.opts, r.policy, r.limits = &h.opts, h.policy, h.limits
+	if o, ok := req.Context().Value(retryOptionsKey).(*options.RetryHandlerOptions); ok && o != nil {
 		if err := o.Validate(); err != nil {
 			closeRequestBody(req)
 			return nil, fmt.Errorf("retry handler: %s %s: per-request options: %w", req.Method, hostOf(req), err)
 		}
-		opts = o
+		r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
 	}
-	body, err := newReplayer(req)
-	if err != nil {
-		closeRequestBody(req)
-		return nil, err
-	}
-	defer body.finish()
-
-	r.opts, r.body, r.policy, r.limits = opts, body, opts.EffectivePolicy(), opts.Limits()
+	r.body = newReplayer(req)
+	defer r.body.finish()
 	return r.do(ctx)
 }
 
@@ -111,8 +114,9 @@ type run struct {
 	pipeline nethttplibrary.Pipeline
 	index    int
 	req      *http.Request
-	body     *replayer
+	body     replayer
 	tgt      *target
+	host     *hostState // the queue's state of the request's host, once looked up
 	start    time.Time
 	waited   time.Duration // cumulative time spent between attempts
 	obs      observer      // reports the request's signals; see observe.go
@@ -138,24 +142,39 @@ func (r *run) do(ctx context.Context) (*http.Response, error) {
 			return nil, fmt.Errorf("retry handler: %s %s: preparing attempt %d: %w", r.req.Method, hostOf(r.req), retry+1, err)
 		}
 		resp, err := r.send(actx, attemptReq, retry)
-		now := r.h.clock.Now()
+		back := reading{clock: r.h.clock} // when the attempt came back
 		r.obs.sent(ctx, err)
 		if err != nil && ctx.Err() != nil {
 			discard(resp)
 			return nil, r.canceled(ctx, retry+1)
 		}
-		r.observe(resp, err, sentAt, now)
+		r.observe(resp, err, sentAt, &back)
 		if stop := r.classify(attemptReq, resp, err, retry+1); stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
-		delay, stop := r.retryDelay(attemptReq, resp, err, retry+1)
+		delay, stop := r.retryDelay(attemptReq, resp, err, retry+1, back.now())
 		if stop != "" {
 			return r.giveUp(resp, err, retry+1, stop)
 		}
 		actx = r.obs.retrying(ctx, retry+1, resp, err, delay)
 		last = keep(resp)
-		notBefore = now.Add(delay)
+		notBefore = back.now().Add(delay)
 	}
+}
+
+// reading reads its clock once, when first asked: a request that succeeds
+// at once never needs the time its attempt came back.
+type reading struct {
+	clock options.Clock
+	t     time.Time
+	read  bool
+}
+
+func (r *reading) now() time.Time {
+	if !r.read {
+		r.t, r.read = r.clock.Now(), true
+	}
+	return r.t
 }
 
 // admit waits until attempt retry+1 may be sent: after notBefore and, with
@@ -163,7 +182,10 @@ func (r *run) do(ctx context.Context) (*http.Response, error) {
 // returns when the attempt was let go. A first attempt is never refused:
 // held past the limits it is sent at once and the server decides.
 func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.Time, error) {
-	now := r.h.clock.Now()
+	now := r.start // a first attempt is admitted as the request starts
+	if retry > 0 {
+		now = r.h.clock.Now()
+	}
 	if ctx.Err() != nil {
 		return now, ctx.Err()
 	}
@@ -172,13 +194,16 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.T
 		deadline = earlier(deadline, now.Add(l-r.waited))
 	}
 	var err error
-	if q := r.queue(); q != nil && !q.idle(r.req.URL.Host) {
+	switch q := r.queue(); {
+	case q != nil && !idle(r.hostState(false)):
 		err = q.acquire(ctx, r.target(), notBefore, deadline, &r.obs)
 		if errors.Is(err, errHoldTooLong) && retry == 0 {
 			err = nil
 		}
-	} else {
+	case notBefore.After(now):
 		err = sleepUntil(ctx, r.h.clock, notBefore)
+	default:
+		return now, nil // nothing to wait for
 	}
 	sent := r.h.clock.Now()
 	if retry > 0 {
@@ -195,6 +220,16 @@ func (r *run) queue() *queue {
 	return r.h.queue
 }
 
+// hostState returns the queue's state of the request's host, creating it
+// when create is set, or nil. A state, once made, is never replaced, so it
+// is looked up until found and then kept.
+func (r *run) hostState(create bool) *hostState {
+	if r.host == nil {
+		r.host = r.h.queue.state(r.req.URL.Host, create)
+	}
+	return r.host
+}
+
 // target returns the request as the queue's matching rules see it.
 func (r *run) target() *target {
 	if r.tgt == nil {
@@ -205,25 +240,32 @@ func (r *run) target() *target {
 
 // observe tells the queue what the server answered, so that requests to a
 // throttled target are held and the host's pace is learned. It runs even
-// for a request that opted out of the queue, for the others' sake.
-func (r *run) observe(resp *http.Response, err error, sent, now time.Time) {
+// for a request that opted out of the queue, for the others' sake. back is
+// when the response came; only a throttle needs it.
+func (r *run) observe(resp *http.Response, err error, sent time.Time, back *reading) {
 	q := r.h.queue
 	if q == nil || err != nil || resp == nil {
 		return
 	}
-	ra, has := RetryAfter(resp.Header, now)
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests:
-		if !has {
+	var ra time.Duration
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests:
+		var has bool
+		if ra, has = RetryAfter(resp.Header, back.now()); !has {
 			ra = defaultThrottle
 		}
-	case has && (resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusGatewayTimeout):
+	case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		var has bool
+		if ra, has = RetryAfter(resp.Header, back.now()); !has {
+			return
+		}
 	default:
 		if resp.StatusCode < 500 {
-			q.succeeded(r.req.URL.Host, sent, now)
+			r.hostState(true).succeeded(sent, back)
 		}
 		return
 	}
+	now := back.now()
 	end := now.Add(ra)
 	if end.Before(now) { // saturated Retry-After
 		end = time.Unix(1<<62, 0)
@@ -335,12 +377,12 @@ func (r *run) classify(req *http.Request, resp *http.Response, err error, n int)
 }
 
 // retryDelay applies the handler's rules on top of the policy: it returns
-// the delay before retry n, or why that retry may not be made.
-func (r *run) retryDelay(req *http.Request, resp *http.Response, err error, n int) (time.Duration, string) {
+// the delay before retry n, or why that retry may not be made. now is when
+// the failed attempt came back.
+func (r *run) retryDelay(req *http.Request, resp *http.Response, err error, n int, now time.Time) (time.Duration, string) {
 	if max := r.limits.MaxRetries; max < 0 || max > 0 && n > max {
 		return 0, stopRetries
 	}
-	now := r.h.clock.Now()
 	a := options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: req, Response: resp, Err: err}
 	if resp != nil {
 		a.RetryAfter, a.HasRetryAfter = RetryAfter(resp.Header, now)

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -151,6 +153,60 @@ func TestRetryHandler_BodiesReplayed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRetryHandler_SeekableBodyKeepsConnection sends seekable bodies
+// without GetBody, as the Kiota adapter does, over one keep-alive
+// connection. net/http reads such a body on past its length to check that
+// it ends there, possibly after the response came; that read must not fail,
+// or the transport reports a broken write and drops the connection.
+func TestRetryHandler_SeekableBodyKeepsConnection(t *testing.T) {
+	const payload = `{"displayName":"Ada"}`
+	srv := newScripted(t)
+	h, _ := newHandler(t, options.RetryHandlerOptions{})
+	client := newClient(t, h)
+	var (
+		mu        sync.Mutex // WroteRequest runs on the transport's goroutine
+		writeErrs []error
+		reused    atomic.Int64
+	)
+	trace := &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			if i.Reused {
+				reused.Add(1)
+			}
+		},
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err != nil {
+				mu.Lock()
+				writeErrs = append(writeErrs, i.Err)
+				mu.Unlock()
+			}
+		},
+	}
+	ctx := httptrace.WithClientTrace(context.Background(), trace)
+	const requests = 200
+	for range requests {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+		require.NoError(t, err)
+		req.Body = nethttplibrary.NopCloser(strings.NewReader(payload))
+		req.ContentLength = int64(len(payload))
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+	}
+	mu.Lock()
+	require.Empty(t, writeErrs, "failed request writes")
+	mu.Unlock()
+	got := srv.attempts()
+	require.Len(t, got, requests)
+	for i, a := range got {
+		require.Equal(t, payload, a.body, "request %d", i+1)
+	}
+	// A connection is dropped only when its write failed; allow for the
+	// transport's own 50 ms wait for the write's result on a busy machine.
+	assert.Greater(t, reused.Load(), int64(requests*9/10), "requests on a reused connection")
 }
 
 func TestRetryHandler_RetryAfter(t *testing.T) {
@@ -349,6 +405,17 @@ func TestRetryHandler_PerRequestOptions(t *testing.T) {
 		assert.Equal(t, 429, res.resp.StatusCode)
 		assert.Empty(t, waits)
 		assert.Len(t, srv.attempts(), 1)
+	})
+	t.Run("replace the handler's policy", func(t *testing.T) {
+		srv := newScripted(t, reply{status: 503}, reply{status: 503}, reply{status: 503})
+		h, clk := newHandler(t, options.RetryHandlerOptions{Policy: fixedPolicy(5, time.Second)})
+		o := &options.RetryHandlerOptions{Policy: fixedPolicy(1, 7*time.Second)}
+		req, _ := http.NewRequestWithContext(context.WithValue(context.Background(), o.GetKey(), o), http.MethodGet, srv.URL, nil)
+		res, waits := do(clk, newClient(t, h), req)
+		require.NoError(t, res.err)
+		assert.Equal(t, 503, res.resp.StatusCode)
+		assert.Equal(t, secs(7), waits)
+		assert.Len(t, srv.attempts(), 2)
 	})
 	t.Run("an invalid one fails the request before sending", func(t *testing.T) {
 		srv := newScripted(t)
