@@ -469,7 +469,7 @@ func TestQueueReleasePacing(t *testing.T) {
 		h := newHolders(t, options.QueueOptions{})
 		me := targetOf(t, graph+"/v1.0/me")
 		for range 40 {
-			h.q.state("graph.test", true).succeeded(t0, &reading{t: t0.Add(10*time.Millisecond), read: true})
+			h.q.state("graph.test", true).succeeded(t0, &reading{t: t0.Add(10 * time.Millisecond), read: true})
 		}
 		// The first throttle starts the search at its end, 1 s later...
 		h.q.throttled(me, t0, t0, t0.Add(time.Second))
