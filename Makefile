@@ -15,7 +15,10 @@ demo:
 bench:
 	cd bench && $(GO) run . -out .
 
-# Each fuzz target for FUZZTIME (default 1m); not part of `make test`.
+# Each fuzz target for FUZZTIME (default 1m), one after another; `make test`
+# only replays their seed corpora (testdata/fuzz in each package).
 FUZZTIME ?= 1m
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzRetryAfter -fuzztime=$(FUZZTIME) ./middleware
+	$(GO) test -run='^$$' -fuzz='^FuzzRetryAfter$$' -fuzztime=$(FUZZTIME) ./middleware
+	$(GO) test -run='^$$' -fuzz='^FuzzRetryDelay$$' -fuzztime=$(FUZZTIME) ./middleware
+	$(GO) test -run='^$$' -fuzz='^FuzzValidate$$' -fuzztime=$(FUZZTIME) ./options
