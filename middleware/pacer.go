@@ -30,6 +30,9 @@ const (
 	// maxReleases bounds the release times kept for the fit: 30 s at
 	// about 500 releases a second.
 	maxReleases = 1 << 14
+	// minBurstSeconds is the least burst, in seconds of its rate, the fit
+	// assumes a server's bucket holds once the pace is steady.
+	minBurstSeconds = 0.1
 	// catchUp is how far behind its slots the release may run and still
 	// catch up, which absorbs timer and scheduling slack.
 	catchUp = 10 * time.Millisecond
@@ -246,8 +249,17 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 	if n == 0 {
 		return plain
 	}
+	capacity := float64(max(p.burst, 1))
+	if p.state == pacerSteady {
+		// The server's bucket, empty at the last throttle, refills toward
+		// its real size, and the burst the first wave showed can be far
+		// below it: too small a bucket runs dry at any rate under the
+		// small bursts of releases that catch up with their slots. Assume
+		// it holds at least a tenth of a second of the rate.
+		capacity = max(capacity, minBurstSeconds*max(p.rate, p.rateAt(sent)))
+	}
 	dry := func(rate float64) bool {
-		tokens, capacity, prev := p.stored, float64(max(p.burst, 1)), time.Duration(0)
+		tokens, prev := p.stored, time.Duration(0)
 		for _, at := range p.releases[:n] {
 			tokens = min(capacity, tokens+rate*(at-prev).Seconds()) - 1
 			prev = at
