@@ -91,7 +91,7 @@ type simResult struct {
 
 // simulate sends n requests from c workers through one handler to a
 // server of the given rate and burst, in virtual time.
-func simulate(t *testing.T, opts options.RetryHandlerOptions, n, c int, rate float64, burst int, jitter time.Duration, path func(i int) (method, url string)) simResult {
+func simulate(t *testing.T, opts options.RetryHandlerOptions, n, c int, rate float64, burst int, jitter, stagger time.Duration, path func(i int) (method, url string)) simResult {
 	var res simResult
 	synctest.Test(t, func(t *testing.T) {
 		srv := newSimServer(rate, burst, 2*time.Millisecond)
@@ -106,8 +106,9 @@ func simulate(t *testing.T, opts options.RetryHandlerOptions, n, c int, rate flo
 		jobs := make(chan int)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
-		for range c {
+		for w := range c {
 			wg.Go(func() {
+				time.Sleep(time.Duration(w) * stagger)
 				for i := range jobs {
 					method, url := path(i)
 					req, _ := http.NewRequest(method, url, strings.NewReader(`{"displayName":"x"}`))
@@ -144,20 +145,22 @@ func TestQueueSimulation(t *testing.T) {
 	}
 	post := func(int) (string, string) { return http.MethodPost, "https://graph.test/v1.0/users" }
 	tests := []struct {
-		name   string
-		path   func(int) (string, string)
-		queue  bool
-		jitter time.Duration
+		name            string
+		path            func(int) (string, string)
+		queue           bool
+		jitter, stagger time.Duration
 	}{
-		{"GET distinct URLs, queue on", get, true, 0},
-		{"POST one path, queue on", post, true, 0},
-		{"GET distinct URLs, queue on, 0-40 ms jitter", get, true, 40 * time.Millisecond},
-		{"POST one path, queue on, 0-40 ms jitter", post, true, 40 * time.Millisecond},
-		{"GET distinct URLs, queue off", get, false, 0},
+		{"GET distinct URLs, queue on", get, true, 0, 0},
+		{"POST one path, queue on", post, true, 0, 0},
+		{"GET distinct URLs, queue on, 0-40 ms jitter", get, true, 40 * time.Millisecond, 0},
+		{"POST one path, queue on, 0-40 ms jitter", post, true, 40 * time.Millisecond, 0},
+		{"GET, workers starting 0.1 ms apart", get, true, 0, 100 * time.Microsecond},
+		{"POST, workers starting 0.1 ms apart", post, true, 0, 100 * time.Microsecond},
+		{"GET distinct URLs, queue off", get, false, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := simulate(t, options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: !tt.queue}}, 2000, 200, 400, 40, tt.jitter, tt.path)
+			res := simulate(t, options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: !tt.queue}}, 2000, 200, 400, 40, tt.jitter, tt.stagger, tt.path)
 			t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
 			assert.Zero(t, res.failed)
 			assert.Zero(t, res.early, "no retry before the server's Retry-After")
@@ -166,7 +169,7 @@ func TestQueueSimulation(t *testing.T) {
 				// fit of the server's rate is rougher, so only a regression
 				// to the unpaced behaviour is caught there.
 				limit := 1.5
-				if tt.jitter > 0 {
+				if tt.jitter > 0 || tt.stagger > 0 {
 					limit = 2
 				}
 				assert.LessOrEqual(t, res.attemptsPerRequest, 1.25)
