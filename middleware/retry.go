@@ -120,6 +120,9 @@ type run struct {
 	start    time.Time
 	waited   time.Duration // cumulative time spent between attempts
 	obs      observer      // reports the request's signals; see observe.go
+	// holdLimit names the limit the queue's deadline for the next attempt
+	// comes from, for when a hold would pass it.
+	holdLimit string
 }
 
 // do runs the attempts. ctx is the request's context, carrying the
@@ -190,8 +193,11 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.T
 		return now, ctx.Err()
 	}
 	deadline := r.start.Add(r.limits.MaxElapsed)
+	r.holdLimit = stopElapsed
 	if l := r.limits.RetriesTimeLimit; l > 0 && retry > 0 {
-		deadline = earlier(deadline, now.Add(l-r.waited))
+		if limit := now.Add(l - r.waited); limit.Before(deadline) {
+			deadline, r.holdLimit = limit, stopTimeLimit
+		}
 	}
 	var err error
 	switch q := r.queue(); {
@@ -423,10 +429,11 @@ func (r *run) giveUp(resp *http.Response, err error, attempts int, why string) (
 // giveUpHeld returns the last failed response when the queue would hold
 // its retry past the limits.
 func (r *run) giveUpHeld(last *http.Response, attempts int) (*http.Response, error) {
+	r.obs.gaveUp(r.holdLimit, attempts-1, last)
 	if last != nil {
 		return last, nil
 	}
-	return nil, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): throttled beyond the limit and the last response was too large to keep", r.req.Method, hostOf(r.req), stopElapsed, attempts)
+	return nil, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): throttled beyond the limit and the last response was too large to keep", r.req.Method, hostOf(r.req), r.holdLimit, attempts)
 }
 
 // canceled reports the end of the request's context. It wraps ctx.Err()

@@ -593,3 +593,26 @@ func TestRetryHandler_CancelWhileHeldByQueue(t *testing.T) {
 	assert.Len(t, srv.attempts(), 1, "the held request was never sent")
 	assert.Empty(t, clk.Pending(), "its timer is stopped")
 }
+
+func TestRetryHandler_HeldPastMaxElapsedReturnsLastResponse(t *testing.T) {
+	srv := newScripted(t, throttled("60"), reply{status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": "1"}, body: "own"})
+	h, clk := newHandler(t, options.RetryHandlerOptions{MaxElapsed: 10 * time.Second})
+	client := newClient(t, h)
+
+	// The first request throttles the path for 60 s; it opts out of retries.
+	ctx := context.WithValue(context.Background(), options.Key(), &options.RetryHandlerOptions{MaxRetries: -1})
+	first, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1.0/me", nil)
+	res, _ := do(clk, client, first)
+	require.NoError(t, res.err)
+
+	// The second is sent at once (a first attempt is never refused: its
+	// hold would pass MaxElapsed), is throttled for 1 s, and its retry would
+	// be held until the path's 60 s: it gets its own last response, now.
+	second, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1.0/me", nil)
+	res, waits := do(clk, client, second)
+	require.NoError(t, res.err)
+	assert.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode)
+	assert.Equal(t, "own", res.body, "the kept response, whole")
+	assert.Empty(t, waits, "nothing waited for")
+	assert.Len(t, srv.attempts(), 2)
+}
