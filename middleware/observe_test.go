@@ -658,3 +658,24 @@ func TestObservabilityKey(t *testing.T) {
 		assert.Equal(t, traced, got != nil)
 	}
 }
+
+// TestTraceGivenUpHeldPastLimit checks a retry the queue would hold past
+// MaxElapsed: it is given up at once, with that reason, and never reported
+// as held.
+func TestTraceGivenUpHeldPastLimit(t *testing.T) {
+	tel := newTelemetry(t)
+	h := tel.handler(t, options.RetryHandlerOptions{MaxElapsed: 10 * time.Second})
+	const url = "https://graph.example/v1.0/me"
+	// Another request, which opts out of retries, throttles the URL for 60 s.
+	optOut := context.WithValue(context.Background(), options.Key(), &options.RetryHandlerOptions{MaxRetries: -1})
+	tel.intercept(t, h, &script{steps: []step{{status: 429, retryAfter: "60"}}}, request(t, optOut, http.MethodGet, url, nil, false, false))
+
+	// This one is sent at once (a first attempt is never refused), is
+	// throttled for 1 s, and its retry would wait for the URL's 60 s.
+	res := tel.intercept(t, h, &script{steps: []step{{status: 429, retryAfter: "1"}}}, request(t, context.Background(), http.MethodGet, url, nil, true, false))
+	require.NoError(t, res.err)
+	assert.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode)
+	root := tel.ended(t)[spanIntercept]
+	require.NotNil(t, root)
+	assert.Equal(t, []event{{eventGivenUp, map[string]any{keyStopReason: "max_elapsed", keyResendCount: int64(0), keyStatusCode: int64(429)}}}, events(root))
+}

@@ -292,6 +292,11 @@ func (q *queue) acquire(ctx context.Context, t *target, notBefore, deadline time
 		s.mu.Unlock()
 		return sleepUntil(ctx, q.clock, notBefore)
 	}
+	if !deadline.IsZero() && later(notBefore, until).After(deadline) {
+		// Refused before it is held at all: nothing to report as held.
+		s.mu.Unlock()
+		return errHoldTooLong
+	}
 	w := &waiter{t: t, notBefore: notBefore, eligible: later(notBefore, until), seq: s.seq, wake: make(chan struct{}, 1)}
 	s.seq++
 	var prev *waiter
