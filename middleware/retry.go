@@ -282,13 +282,6 @@ func (r *run) observe(resp *http.Response, err error, sent time.Time, back *read
 // defaultThrottle is how long a 429 without Retry-After holds its target.
 const defaultThrottle = time.Second
 
-func earlier(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
-
 // attemptRequest clones the caller's request for attempt retry+1 with a
 // fresh body, so that neither this handler nor the handlers after it can
 // change what a later attempt sends.
