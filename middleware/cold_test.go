@@ -76,7 +76,7 @@ func TestQueue_Successes(t *testing.T) {
 						if w == 0 && i == tt.throttleAt && !tt.late {
 							throttle()
 						}
-						s.succeeded(sent, &reading{t: sent.Add(time.Millisecond), read: true})
+						s.succeeded(sent, tgt.api(), &reading{t: sent.Add(time.Millisecond), read: true})
 					}
 				})
 			}
@@ -86,7 +86,8 @@ func TestQueue_Successes(t *testing.T) {
 			defer s.mu.Unlock()
 			require.Equal(t, 1, rec.throttles)
 			assert.Equal(t, tt.workers*tt.each, rec.successes, "successes told to the pacer")
-			assert.Zero(t, s.cold.Load(), "successes left uncounted")
+			c, _ := s.cold.Load(tgt.api())
+			assert.Zero(t, c.(*waveCount).cur.Load()+c.(*waveCount).prev.Load(), "successes left uncounted")
 			assert.GreaterOrEqual(t, rec.beforeThrottle, tt.throttleAt, "successes known at the first throttle")
 			if tt.workers == 1 {
 				assert.Equal(t, tt.throttleAt, rec.beforeThrottle)
@@ -98,4 +99,65 @@ func TestQueue_Successes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWaveCount checks that the first wave is counted from the successes
+// sent in the second of the throttle and the one before, with the earliest
+// send among them: what a bucket let through shortly before, not traffic
+// it absorbed long ago.
+func TestWaveCount(t *testing.T) {
+	epoch := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return epoch.Add(time.Duration(ms) * time.Millisecond) }
+	tests := []struct {
+		name      string
+		sent      []int // ms after epoch
+		throttle  int
+		want      int
+		wantStart int
+	}{
+		{"one wave", []int{10, 12, 11, 15}, 20, 4, 10},
+		{"across a second", []int{990, 995, 1005}, 1010, 3, 990},
+		{"older seconds are forgotten", []int{10, 20, 1500, 2100, 2200}, 2300, 3, 1500},
+		{"a late success of the second before", []int{1010, 990, 1020}, 1030, 3, 990},
+		{"nothing recent", []int{10, 20}, 5000, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c waveCount
+			for _, ms := range tt.sent {
+				c.add(at(ms))
+			}
+			n, start := c.take(at(tt.throttle))
+			assert.Equal(t, tt.want, n)
+			if tt.want > 0 {
+				assert.Equal(t, at(tt.wantStart).UnixNano(), start.UnixNano())
+			}
+			n, _ = c.take(at(tt.throttle))
+			assert.Zero(t, n, "taken once")
+		})
+	}
+}
+
+// TestQueue_BurstOfThrottledAPI checks that the burst the first throttle
+// learns counts only the successes of its own API (first path segment):
+// another API on the host, not throttled, does not inflate it, and the
+// wave's successes that come back after the throttle do count.
+func TestQueue_BurstOfThrottledAPI(t *testing.T) {
+	epoch := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
+	q := newQueue(clocktest.New(epoch), options.QueueOptions{})
+	mail := &target{host: "graph.example", url: "/mail/1", path: "/mail/1", segs: []string{"mail", "1"}}
+	s := q.state(mail.host, true)
+	back := &reading{t: epoch.Add(5 * time.Millisecond), read: true}
+	for i := range 30 {
+		s.succeeded(epoch.Add(time.Duration(i)*100*time.Microsecond), "mail", back)
+		s.succeeded(epoch, "files", back)
+	}
+	q.throttled(mail, epoch.Add(3*time.Millisecond), epoch.Add(5*time.Millisecond), epoch.Add(time.Second))
+	s.succeeded(epoch.Add(4*time.Millisecond), "mail", back)  // sent before the throttle came back
+	s.succeeded(epoch.Add(4*time.Millisecond), "files", back) // another API
+	s.succeeded(epoch.Add(6*time.Millisecond), "mail", back)  // sent after
+	p := s.pacer.(*adaptivePacer)
+	assert.Equal(t, 31, p.burst)
+	assert.Equal(t, epoch.UnixNano(), p.waveStart.UnixNano())
+	assert.Equal(t, epoch.Add(5*time.Millisecond), p.waveEnd)
 }

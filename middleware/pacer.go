@@ -15,9 +15,9 @@ type pacer interface {
 	sent(now time.Time)
 	// succeeded records a response that was not throttled.
 	succeeded(sent, now time.Time)
-	// settle records n successes counted before the host's first throttle,
-	// of requests sent before its first answer, at first.
-	settle(n int, first time.Time)
+	// settle records n successes of the wave the host's first throttle
+	// ended: what the server let through at once.
+	settle(n int, start time.Time)
 	// throttled records a throttled response that holds its target until end.
 	throttled(sent, now, end time.Time)
 }
@@ -25,8 +25,11 @@ type pacer interface {
 // Tuning of adaptivePacer, measured with the throttle benchmark (bench/).
 const (
 	// doubling is how often the rate doubles while it searches for the
-	// server's rate after the first throttle.
-	doubling = 50 * time.Millisecond
+	// server's rate after the first throttle. The slower the search, the
+	// longer it takes to drain the server's bucket and the less an error
+	// in the bucket's size skews the fit, for about 0.1 s more of search
+	// than at 50 ms (measured in sim_test.go and with bench/).
+	doubling = 100 * time.Millisecond
 	// maxReleases bounds the release times kept for the fit: 30 s at
 	// about 500 releases a second.
 	maxReleases = 1 << 14
@@ -57,15 +60,17 @@ const (
 
 // adaptivePacer learns the server's sustainable rate from its answers.
 //
-// Before any throttle it does not pace. Of the requests sent before the
-// host's first answer, as many succeed as the server lets through at once:
-// that is its burst. Release then starts at that burst per Retry-After
-// period and doubles once per round trip (at least 50 ms), like TCP's slow
-// start, until the server throttles again. The pacer then fits the
-// server's rate: it replays its own releases since the search began
-// against a token bucket of the learned burst and finds the refill rate at
-// which that bucket would have run dry exactly when the throttled request
-// was sent. Release goes on at once at 97 % of it (only the throttled
+// Before any throttle it does not pace. The successes of the wave that
+// the first throttle ends (the requests to its API sent shortly before it
+// came back) are what the server let through: its burst, and what its
+// bucket refilled while the wave lasted. Release starts at that count per
+// Retry-After period and doubles once per round trip (at least 100 ms),
+// like TCP's slow start, until the server throttles again. The pacer then
+// fits the server's rate: it replays its own releases since the search
+// began against a token bucket, full at the start, and finds the refill
+// rate at which that bucket would have run dry exactly when the throttled
+// request was sent; the bucket's size is the wave's count less that rate
+// over the wave's span, and the two are solved together. Release goes on at once at 97 % of it (only the throttled
 // target is held, by the queue's rules) along a CUBIC curve: 3 % under,
 // back to it in about 2 s, flat near it, then probing beyond, so that a
 // server whose limit rises is followed. Each later throttle is fitted the
@@ -81,9 +86,13 @@ type adaptivePacer struct {
 	reacted time.Time // last decrease; older sends are ignored
 	last    time.Time // the last release
 	period  float64   // the first throttle's Retry-After, in seconds
-	burst   int       // successes of the requests sent before the first answer
-	first   time.Time // the host's first answer
-	rate    float64   // rate of the last release
+	// burst counts the successes of the first wave, the requests sent
+	// shortly before the first throttle came back, from waveStart on: the
+	// server's burst and what its bucket refilled while the wave lasted.
+	burst     int
+	waveStart time.Time
+	waveEnd   time.Time // the first throttle
+	rate      float64   // rate of the last release
 	// releases holds the time since start of each release since start, in
 	// order, to fit the server's rate; stored is what the server's bucket
 	// held at start.
@@ -170,28 +179,16 @@ func (p *adaptivePacer) sent(now time.Time) {
 // observe updates the round-trip estimate with one answer.
 func (p *adaptivePacer) observe(sent, now time.Time) {
 	p.rtt = max(now.Sub(sent), p.rtt*63/64)
-	if p.first.IsZero() {
-		p.first = now
-	}
 }
 
-// settle takes the n successes of requests sent before the host's first
-// answer, at first, that the queue counted without its lock.
-func (p *adaptivePacer) settle(n int, first time.Time) {
+func (p *adaptivePacer) settle(n int, start time.Time) {
 	p.burst += n
-	if p.first.IsZero() || first.Before(p.first) {
-		p.first = first
+	if !start.IsZero() && (p.waveStart.IsZero() || start.Before(p.waveStart)) {
+		p.waveStart = start
 	}
 }
 
-func (p *adaptivePacer) succeeded(sent, now time.Time) {
-	p.observe(sent, now)
-	if sent.Before(p.first) {
-		// The server's burst is what it let through of the wave sent before
-		// any answer could come back; later successes may be its refill.
-		p.burst++
-	}
-}
+func (p *adaptivePacer) succeeded(sent, now time.Time) { p.observe(sent, now) }
 
 func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 	p.observe(sent, now)
@@ -205,6 +202,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 	case pacerCold:
 		p.period = max(end.Sub(now), time.Second).Seconds()
 		p.state = pacerSearching
+		p.waveEnd = now
 		p.start = end
 		p.reacted = end
 		// The server's bucket refills while the first wave is held.
@@ -230,11 +228,11 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 
 // fit returns the refill rate at which a token bucket holding p.stored
 // tokens at p.start, of capacity p.burst, would first run dry at the
-// throttled request's release, given the releases since. It replays each
-// release at its own time: counts per interval would credit a whole
-// interval's refill before its releases and, once the throttle is heard
-// of, count the releases made after the throttled one, overestimating the
-// server's rate by a fifth or more.
+// throttled request's release, given the releases since, times fitShare.
+// It replays each release at its own time: counts per interval would
+// credit a whole interval's refill before its releases and, once the
+// throttle is heard of, count the releases made after the throttled one,
+// overestimating the server's rate by a fifth or more.
 func (p *adaptivePacer) fit(sent time.Time) float64 {
 	upto := sent.Sub(p.start)
 	n, _ := slices.BinarySearchFunc(p.releases, upto, func(at, upto time.Duration) int {
@@ -249,17 +247,46 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 	if n == 0 {
 		return plain
 	}
-	capacity := float64(max(p.burst, 1))
+	counted := float64(max(p.burst, 1))
 	if p.state == pacerSteady {
 		// The server's bucket, empty at the last throttle, refills toward
 		// its real size, and the burst the first wave showed can be far
 		// below it: too small a bucket runs dry at any rate under the
 		// small bursts of releases that catch up with their slots. Assume
 		// it holds at least a tenth of a second of the rate.
-		capacity = max(capacity, minBurstSeconds*max(p.rate, p.rateAt(sent)))
+		capacity := max(counted, minBurstSeconds*max(p.rate, p.rateAt(sent)))
+		rate, ok := p.solve(n, capacity, p.stored)
+		if !ok {
+			return plain
+		}
+		return rate * fitShare
 	}
+	// The search began with the server's bucket full. The first wave's
+	// successes are that bucket and what it refilled while the wave
+	// lasted, at the very rate being fitted: the two are solved together.
+	// The search drains the bucket in a few doublings, so each 1 % of
+	// error in the burst is several in the rate.
+	span := 0.0
+	if !p.waveStart.IsZero() {
+		span = max(p.waveEnd.Sub(p.waveStart), 0).Seconds()
+	}
+	burst, rate := counted, 0.0
+	for range 5 {
+		var ok bool
+		if rate, ok = p.solve(n, burst, burst); !ok {
+			return plain
+		}
+		burst = max(counted-rate*span, 1)
+	}
+	return rate * fitShare
+}
+
+// solve returns the refill rate at which a token bucket of capacity
+// holding stored at p.start first runs dry at the n-th release, or false
+// when no rate up to the last release rate explains it.
+func (p *adaptivePacer) solve(n int, capacity, stored float64) (float64, bool) {
 	dry := func(rate float64) bool {
-		tokens, prev := p.stored, time.Duration(0)
+		tokens, prev := stored, time.Duration(0)
 		for _, at := range p.releases[:n] {
 			tokens = min(capacity, tokens+rate*(at-prev).Seconds()) - 1
 			prev = at
@@ -273,13 +300,13 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 	if dry(hi) {
 		// Even the last release rate ran it dry: the server's limit is below
 		// anything the fit can tell apart.
-		return plain
+		return 0, false
 	}
 	if !dry(0) {
 		// The releases alone never emptied the bucket: other traffic did
 		// (another client, requests the queue did not pace). Fitting would
 		// find a rate near zero.
-		return plain
+		return 0, false
 	}
 	for range 40 {
 		mid := (lo + hi) / 2
@@ -289,5 +316,5 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 			hi = mid
 		}
 	}
-	return hi * fitShare
+	return hi, true
 }

@@ -74,6 +74,22 @@ func newTarget(req *http.Request) *target {
 	return t
 }
 
+// api returns the first path segment, which names the API a request
+// calls; "" when the path has none.
+func (t *target) api() string {
+	if len(t.segs) == 0 {
+		return ""
+	}
+	return t.segs[0]
+}
+
+// apiOf returns the first segment of path, as target.api does, without
+// splitting the whole path.
+func apiOf(path string) string {
+	seg, _, _ := strings.Cut(strings.TrimLeft(path, "/"), "/")
+	return seg
+}
+
 // prefix returns the key of the first n segments.
 func (t *target) prefix(n int) string { return strings.Join(t.segs[:n], "/") }
 
@@ -82,12 +98,15 @@ type hostState struct {
 	// active turns true at the host's first throttle; until then its
 	// requests skip the queue without taking the lock.
 	active atomic.Bool
-	// cold counts, without the lock, the successes of requests sent before
-	// the host's first answer (first, in Unix nanoseconds) while the host
-	// was not active; the first throttle moves them to its pacer.
-	cold     atomic.Int64
-	first    atomic.Int64
+	// cold counts, without the lock, the recent successes of each API of
+	// the host (its first path segment) while it was not active; the first
+	// throttle moves the count of its own API to the pacer, as the burst
+	// the server let through.
+	cold     sync.Map // first path segment → *waveCount
+	apis     atomic.Int32
 	mu       sync.Mutex
+	since    time.Time // the first throttle, when the host became active
+	api      string    // the first throttled request's first path segment
 	urls     map[string]time.Time
 	paths    map[string]time.Time
 	prefixes map[string][]time.Time // newest first, at most maxPrefixEnds
@@ -148,9 +167,11 @@ func (q *queue) throttled(t *target, sent, now, end time.Time) {
 	s := q.state(t.host, true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.answered(now)
-	s.active.Store(true)
-	s.settleCold()
+	if !s.active.Load() {
+		s.since, s.api = now, t.api()
+		s.active.Store(true)
+		s.settleCold()
+	}
 	s.urls[t.url] = later(s.urls[t.url], end)
 	s.paths[t.path] = later(s.paths[t.path], end)
 	for n := 1; n <= len(t.segs); n++ {
@@ -168,22 +189,19 @@ func (q *queue) throttled(t *target, sent, now, end time.Time) {
 }
 
 // succeeded feeds a request's success to the host's pacer. The first
-// throttle needs to know how many of the requests sent before the host's
-// first answer succeeded; until then a success costs a few atomic
+// throttle needs to know how many of the requests sent shortly before it
+// to its API succeeded; until then a success costs a few atomic
 // operations, not the lock.
-func (s *hostState) succeeded(sent time.Time, back *reading) {
+func (s *hostState) succeeded(sent time.Time, api string, back *reading) {
 	if !s.active.Load() {
 		if testHookCold != nil {
 			testHookCold()
 		}
-		// Only the host's first answer needs the time it came back.
-		if s.first.Load() == 0 {
-			s.answered(back.now())
-		}
-		if !sent.Before(time.Unix(0, s.first.Load())) {
+		c := s.count(api)
+		if c == nil {
 			return
 		}
-		s.cold.Add(1)
+		c.add(sent)
 		if !s.active.Load() {
 			return
 		}
@@ -195,28 +213,101 @@ func (s *hostState) succeeded(sent time.Time, back *reading) {
 		return
 	}
 	s.mu.Lock()
+	if sent.Before(s.since) && api == s.api {
+		// Sent before the first throttle came back: part of the same wave.
+		s.pacer.settle(1, sent)
+	}
 	s.pacer.succeeded(sent, back.now())
 	s.mu.Unlock()
 }
 
-// answered records an answer at now and returns the host's first.
-func (s *hostState) answered(now time.Time) time.Time {
-	s.first.CompareAndSwap(0, now.UnixNano())
-	return time.Unix(0, s.first.Load())
+// maxAPIs bounds the APIs of a host whose successes are counted before its
+// first throttle.
+const maxAPIs = 64
+
+// count returns the success count of api, or nil past maxAPIs.
+func (s *hostState) count(api string) *waveCount {
+	if c, ok := s.cold.Load(api); ok {
+		return c.(*waveCount)
+	}
+	if s.apis.Load() >= maxAPIs {
+		return nil
+	}
+	c, loaded := s.cold.LoadOrStore(api, &waveCount{})
+	if !loaded {
+		s.apis.Add(1)
+	}
+	return c.(*waveCount)
 }
 
 // testHookCold, when a test sets it, runs as a success is found cold,
 // before it is counted.
 var testHookCold func()
 
-// settleCold hands the successes counted while the host was not active to
-// its pacer. It is called with s.mu held, after active is set, so that a
-// success either is in the count it takes or sees active and settles
-// itself.
+// settleCold hands the successes of the first throttled API counted while
+// the host was not active to its pacer. It is called with s.mu held, after
+// active is set, so that a success either is in the count it takes or
+// sees active and settles itself.
 func (s *hostState) settleCold() {
-	if n := s.cold.Swap(0); n > 0 {
-		s.pacer.settle(int(n), time.Unix(0, s.first.Load()))
+	if c, ok := s.cold.Load(s.api); ok {
+		if n, start := c.(*waveCount).take(s.since); n > 0 {
+			s.pacer.settle(n, start)
+		}
 	}
+}
+
+// waveCount counts successes by the second they were sent in, the current
+// and the one before: what a server's bucket let through shortly before
+// its first throttle, not the traffic of hours that it absorbed.
+type waveCount struct {
+	second    atomic.Int64 // Unix second of cur
+	cur, prev atomic.Int64
+	// The earliest send counted in each, in Unix nanoseconds (0: none),
+	// as seen by whichever success came first: near enough, as waves
+	// are sent in order.
+	curStart, prevStart atomic.Int64
+}
+
+func (c *waveCount) add(sent time.Time) {
+	at := sent.Unix()
+	for {
+		s := c.second.Load()
+		if at <= s {
+			switch at {
+			case s:
+				c.cur.Add(1)
+				c.curStart.CompareAndSwap(0, sent.UnixNano())
+			case s - 1:
+				c.prev.Add(1)
+				c.prevStart.CompareAndSwap(0, sent.UnixNano())
+			}
+			return
+		}
+		if c.second.CompareAndSwap(s, at) {
+			// Successes counted between the swap and the moves land in the
+			// second before: still counted, at worst a second early.
+			n, start := c.cur.Swap(0), c.curStart.Swap(0)
+			if at != s+1 {
+				n, start = 0, 0
+			}
+			c.prev.Store(n)
+			c.prevStart.Store(start)
+		}
+	}
+}
+
+// take returns and clears the successes of the second of now and the one
+// before, and the earliest send among them.
+func (c *waveCount) take(now time.Time) (int, time.Time) {
+	n := c.cur.Swap(0) + c.prev.Swap(0)
+	start := c.prevStart.Swap(0)
+	if cur := c.curStart.Swap(0); start == 0 {
+		start = cur
+	}
+	if n == 0 || c.second.Load() < now.Unix()-1 {
+		return 0, time.Time{} // counted too long ago
+	}
+	return int(n), time.Unix(0, start)
 }
 
 // prune drops entries whose recovery window has passed and, past

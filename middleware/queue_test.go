@@ -123,7 +123,7 @@ func TestQueueMatch(t *testing.T) {
 func TestQueueIdle(t *testing.T) {
 	q := newQueue(clocktest.New(t0), options.QueueOptions{})
 	assert.True(t, idle(q.state("graph.test", false)), "never throttled")
-	q.state("graph.test", true).succeeded(t0, &reading{t: t0, read: true})
+	q.state("graph.test", true).succeeded(t0, "v1.0", &reading{t: t0, read: true})
 	assert.True(t, idle(q.state("graph.test", false)), "a success does not wake the queue")
 	q.throttled(targetOf(t, graph+"/v1.0/me"), t0, t0, t0.Add(time.Second))
 	assert.False(t, idle(q.state("graph.test", false)), "throttled")
@@ -138,15 +138,16 @@ func TestAdaptivePacerCold(t *testing.T) {
 		assert.Equal(t, now, p.next(now), "no pacing before a throttle")
 		p.sent(now)
 	}
-	// A wave sent at t0 is answered from 10 ms on: its successes are the
-	// server's burst, whenever they arrive; later ones may be its refill.
-	p.succeeded(t0, t0.Add(10*ms))
-	p.succeeded(t0.Add(5*ms), t0.Add(20*ms))
-	p.succeeded(t0.Add(10*ms), t0.Add(30*ms))
-	p.succeeded(t0, t0.Add(time.Second))
+	// The first wave's successes are counted, with the earliest send among
+	// them, however they are told; a success alone counts nothing.
+	p.settle(30, t0.Add(5*ms))
+	p.settle(10, t0)
+	p.settle(1, t0.Add(20*ms))
+	p.succeeded(t0, t0.Add(30*ms))
 	assert.Equal(t, pacerCold, p.state)
 	assert.Empty(t, p.releases, "a cold pacer counts no releases")
-	assert.Equal(t, 3, p.burst, "successes of requests sent before the first answer")
+	assert.Equal(t, 41, p.burst)
+	assert.Equal(t, t0, p.waveStart)
 }
 
 func TestAdaptivePacerFirstThrottle(t *testing.T) {
@@ -165,9 +166,7 @@ func TestAdaptivePacerFirstThrottle(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newAdaptivePacer(t0)
-			for range tt.successes {
-				p.succeeded(t0, t0.Add(5*ms))
-			}
+			p.settle(tt.successes, t0)
 			now := t0.Add(10 * ms)
 			end := now.Add(tt.wait)
 			p.throttled(t0.Add(5*ms), now, end)
@@ -182,10 +181,8 @@ func TestAdaptivePacerFirstThrottle(t *testing.T) {
 			assert.InDelta(t, tt.rate, p.rateAt(now), tt.rate*1e-9, "held: the starting rate")
 
 			// The first wave's successes that arrive late are the burst
-			// too, and raise the starting rate; a success sent after the
-			// first answer is not.
-			p.succeeded(t0, end.Add(ms))
-			p.succeeded(end.Add(ms), end.Add(2*ms))
+			// too, and raise the starting rate.
+			p.settle(1, t0)
 			assert.Equal(t, tt.successes+1, p.burst)
 		})
 	}
@@ -200,9 +197,9 @@ func TestAdaptivePacerSpacing(t *testing.T) {
 		rate func(elapsed float64) float64
 	}{
 		{
-			"searching doubles every 50 ms",
+			"searching doubles every doubling",
 			&adaptivePacer{state: pacerSearching, start: t0, reacted: t0, period: 1, burst: 40},
-			func(e float64) float64 { return 40 * math.Exp2(e/0.05) },
+			func(e float64) float64 { return 40 * math.Exp2(e/doubling.Seconds()) },
 		},
 		{
 			"steady recovers along a cubic",
@@ -241,6 +238,7 @@ func TestAdaptivePacerIgnoresLateThrottles(t *testing.T) {
 		for range 10 {
 			p.succeeded(t0, t0.Add(10*ms))
 		}
+		p.settle(10, t0)
 		p.throttled(t0, t0.Add(10*ms), t0.Add(time.Second+10*ms)) // reacted at t0+1.01 s
 		return p
 	}
@@ -469,7 +467,7 @@ func TestQueueReleasePacing(t *testing.T) {
 		h := newHolders(t, options.QueueOptions{})
 		me := targetOf(t, graph+"/v1.0/me")
 		for range 40 {
-			h.q.state("graph.test", true).succeeded(t0, &reading{t: t0.Add(10 * time.Millisecond), read: true})
+			h.q.state("graph.test", true).succeeded(t0, "v1.0", &reading{t: t0.Add(10 * time.Millisecond), read: true})
 		}
 		// The first throttle starts the search at its end, 1 s later...
 		h.q.throttled(me, t0, t0, t0.Add(time.Second))
@@ -477,17 +475,17 @@ func TestQueueReleasePacing(t *testing.T) {
 		require.Equal(t, pacerSearching, p.state)
 		// ...and a throttle of a request released 300 ms into it, at 1.3 s,
 		// ends the search with a decrease to the fitted rate.
-		for i := range 150 {
-			p.sent(t0.Add(time.Second + time.Duration(i)*2*time.Millisecond))
+		for i := range 100 {
+			p.sent(t0.Add(time.Second + time.Duration(i)*3*time.Millisecond))
 		}
 		at := t0.Add(1300 * time.Millisecond)
 		h.clk.Advance(at.Sub(t0))
 		h.q.throttled(me, at.Add(-time.Millisecond), at, at.Add(time.Second))
 		require.Equal(t, pacerSteady, p.state)
-		// A bucket of 40 that let 150 requests through in 300 ms refills
-		// at (150-40)/0.3 s.
+		// A bucket of 40 that let 100 requests through in 300 ms refills
+		// at (100-40)/0.3 s.
 		base := p.base
-		require.InEpsilon(t, fitShare*110/0.3, base, 0.03, "fitted rate")
+		require.InEpsilon(t, fitShare*60/0.3, base, 0.03, "fitted rate")
 
 		for range 20 {
 			h.hold(graph+"/v1.0/me", at, time.Time{})
@@ -837,35 +835,37 @@ func (b *bucket) take(now time.Time) bool {
 // bucket that is full when the search begins: the release it throttles,
 // told to the pacer latency later (releases going on meanwhile), must
 // bring the pacer down to fitShare of the server's rate, however late the
-// throttle is heard of.
+// throttle is heard of. The first wave lasts wave, so that its successes
+// are the server's burst and what it refilled meanwhile.
 func TestAdaptivePacerFit(t *testing.T) {
 	const ms = time.Millisecond
 	tests := []struct {
-		rate    float64
-		burst   int
-		latency time.Duration
+		rate          float64
+		burst         int
+		latency, wave time.Duration
 	}{
-		{400, 40, 0},
-		{400, 40, 1 * ms},
-		{400, 40, 5 * ms},
-		{400, 40, 50 * ms},
-		{100, 10, 0},
-		{100, 10, 5 * ms},
-		{1000, 10, 0},
-		{1000, 10, 5 * ms},
-		{1000, 200, 5 * ms},
-		{5000, 40, 5 * ms},
-		{400, 1, 0},
-		{400, 1, 50 * ms},
+		{400, 40, 0, 0},
+		{400, 40, 1 * ms, 0},
+		{400, 40, 5 * ms, 0},
+		{400, 40, 50 * ms, 0},
+		{400, 40, 1 * ms, 20 * ms},
+		{400, 40, 5 * ms, 50 * ms},
+		{100, 10, 0, 0},
+		{100, 10, 5 * ms, 20 * ms},
+		{1000, 10, 0, 0},
+		{1000, 10, 5 * ms, 10 * ms},
+		{1000, 200, 5 * ms, 20 * ms},
+		{5000, 40, 5 * ms, 0},
+		{400, 1, 0, 0},
+		{400, 1, 50 * ms, 0},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("R=%v B=%v latency=%v", tt.rate, tt.burst, tt.latency), func(t *testing.T) {
+		t.Run(fmt.Sprintf("R=%v B=%v latency=%v wave=%v", tt.rate, tt.burst, tt.latency, tt.wave), func(t *testing.T) {
 			p := newAdaptivePacer(t0)
-			// The first wave, sent at t0 and answered 1 ms later.
-			for range tt.burst {
-				p.succeeded(t0, t0.Add(ms))
-			}
-			p.throttled(t0, t0.Add(ms), t0.Add(time.Second))
+			// The first wave, sent from t0 on and throttled at its end.
+			p.settle(tt.burst+int(tt.rate*tt.wave.Seconds()), t0)
+			waveEnd := t0.Add(tt.wave)
+			p.throttled(waveEnd, waveEnd.Add(ms), waveEnd.Add(time.Second))
 			server := &bucket{rate: tt.rate, burst: float64(tt.burst), tokens: float64(tt.burst), last: p.start}
 			var throttled time.Time
 			for now := p.next(t0); throttled.IsZero() || now.Before(throttled.Add(tt.latency)); now = p.next(now) {
@@ -881,7 +881,7 @@ func TestAdaptivePacerFit(t *testing.T) {
 			// fit resolves the rate to a token over the time it drained,
 			// within a few % above the server's rate, never below it.
 			assert.GreaterOrEqual(t, p.base, fitShare*tt.rate, "fitted rate")
-			assert.LessOrEqual(t, p.base, fitShare*tt.rate*1.06, "fitted rate")
+			assert.LessOrEqual(t, p.base, fitShare*tt.rate*1.07, "fitted rate")
 		})
 	}
 }
@@ -903,9 +903,7 @@ func TestAdaptivePacerUnexplainedThrottle(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newAdaptivePacer(t0)
-			for range 40 {
-				p.succeeded(t0, t0.Add(ms))
-			}
+			p.settle(40, t0)
 			p.throttled(t0, t0.Add(ms), t0.Add(time.Second))
 			for i := range tt.releases {
 				p.sent(p.start.Add(time.Duration(i) * 2 * ms))

@@ -267,7 +267,7 @@ func (r *run) observe(resp *http.Response, err error, sent time.Time, back *read
 		}
 	default:
 		if resp.StatusCode < 500 {
-			r.hostState(true).succeeded(sent, back)
+			r.hostState(true).succeeded(sent, apiOf(r.req.URL.Path), back)
 		}
 		return
 	}

@@ -32,6 +32,7 @@ type simServer struct {
 	last      time.Time
 	latency   time.Duration
 	jitter    func() time.Duration
+	dial      func() time.Duration // of a worker's first request
 	attempts  int
 	throttled int
 	early     int
@@ -48,7 +49,13 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, req.Body)
 		_ = req.Body.Close()
 	}
-	time.Sleep(s.latency/2 + s.delay())
+	out := s.latency/2 + s.delay()
+	if req.Header.Get("X-First") != "" && req.Header.Get("Retry-Attempt") == "" && s.dial != nil {
+		s.mu.Lock()
+		out += s.dial()
+		s.mu.Unlock()
+	}
+	time.Sleep(out)
 	id := req.Header.Get("X-Request-Id")
 	s.mu.Lock()
 	now := time.Now()
@@ -91,13 +98,17 @@ type simResult struct {
 
 // simulate sends n requests from c workers through one handler to a
 // server of the given rate and burst, in virtual time.
-func simulate(t *testing.T, opts options.RetryHandlerOptions, n, c int, rate float64, burst int, jitter, stagger time.Duration, path func(i int) (method, url string)) simResult {
+func simulate(t *testing.T, opts options.RetryHandlerOptions, n, c int, rate float64, burst int, jitter, stagger, dial time.Duration, path func(i int) (method, url string)) simResult {
 	var res simResult
 	synctest.Test(t, func(t *testing.T) {
 		srv := newSimServer(rate, burst, 2*time.Millisecond)
 		if jitter > 0 {
 			rng := rand.New(rand.NewPCG(1, 2))
 			srv.jitter = func() time.Duration { return time.Duration(rng.Int64N(int64(jitter))) }
+		}
+		if dial > 0 {
+			rng := rand.New(rand.NewPCG(3, 4))
+			srv.dial = func() time.Duration { return time.Duration(rng.Int64N(int64(dial))) }
 		}
 		h, err := middleware.NewRetryHandler(opts)
 		require.NoError(t, err)
@@ -109,10 +120,15 @@ func simulate(t *testing.T, opts options.RetryHandlerOptions, n, c int, rate flo
 		for w := range c {
 			wg.Go(func() {
 				time.Sleep(time.Duration(w) * stagger)
+				first := true
 				for i := range jobs {
 					method, url := path(i)
 					req, _ := http.NewRequest(method, url, strings.NewReader(`{"displayName":"x"}`))
 					req.Header.Set("X-Request-Id", strconv.Itoa(i))
+					if first {
+						req.Header.Set("X-First", "1")
+						first = false
+					}
 					resp, err := client.Do(req)
 					failed := err != nil || resp.StatusCode != http.StatusOK
 					if resp != nil {
@@ -145,22 +161,24 @@ func TestQueueSimulation(t *testing.T) {
 	}
 	post := func(int) (string, string) { return http.MethodPost, "https://graph.test/v1.0/users" }
 	tests := []struct {
-		name            string
-		path            func(int) (string, string)
-		queue           bool
-		jitter, stagger time.Duration
+		name                  string
+		path                  func(int) (string, string)
+		queue                 bool
+		jitter, stagger, dial time.Duration
 	}{
-		{"GET distinct URLs, queue on", get, true, 0, 0},
-		{"POST one path, queue on", post, true, 0, 0},
-		{"GET distinct URLs, queue on, 0-40 ms jitter", get, true, 40 * time.Millisecond, 0},
-		{"POST one path, queue on, 0-40 ms jitter", post, true, 40 * time.Millisecond, 0},
-		{"GET, workers starting 0.1 ms apart", get, true, 0, 100 * time.Microsecond},
-		{"POST, workers starting 0.1 ms apart", post, true, 0, 100 * time.Microsecond},
-		{"GET distinct URLs, queue off", get, false, 0, 0},
+		{"GET distinct URLs, queue on", get, true, 0, 0, 0},
+		{"POST one path, queue on", post, true, 0, 0, 0},
+		{"GET distinct URLs, queue on, 0-40 ms jitter", get, true, 40 * time.Millisecond, 0, 0},
+		{"POST one path, queue on, 0-40 ms jitter", post, true, 40 * time.Millisecond, 0, 0},
+		{"GET, workers starting 0.1 ms apart", get, true, 0, 100 * time.Microsecond, 0},
+		{"POST, workers starting 0.1 ms apart", post, true, 0, 100 * time.Microsecond, 0},
+		{"GET, first requests dialing 0-15 ms", get, true, 0, 50 * time.Microsecond, 15 * time.Millisecond},
+		{"POST, first requests dialing 0-15 ms", post, true, 0, 50 * time.Microsecond, 15 * time.Millisecond},
+		{"GET distinct URLs, queue off", get, false, 0, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := simulate(t, options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: !tt.queue}}, 2000, 200, 400, 40, tt.jitter, tt.stagger, tt.path)
+			res := simulate(t, options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: !tt.queue}}, 2000, 200, 400, 40, tt.jitter, tt.stagger, tt.dial, tt.path)
 			t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
 			assert.Zero(t, res.failed)
 			assert.Zero(t, res.early, "no retry before the server's Retry-After")
@@ -169,7 +187,7 @@ func TestQueueSimulation(t *testing.T) {
 				// fit of the server's rate is rougher, so only a regression
 				// to the unpaced behaviour is caught there.
 				limit := 1.5
-				if tt.jitter > 0 || tt.stagger > 0 {
+				if tt.jitter > 0 || tt.stagger > 0 || tt.dial > 0 {
 					limit = 2
 				}
 				assert.LessOrEqual(t, res.attemptsPerRequest, 1.25)
