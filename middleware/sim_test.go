@@ -160,21 +160,28 @@ func TestQueueSimulation(t *testing.T) {
 		return http.MethodGet, fmt.Sprintf("https://graph.test/v1.0/users/%d", i)
 	}
 	post := func(int) (string, string) { return http.MethodPost, "https://graph.test/v1.0/users" }
+	const ms = time.Millisecond
+	// limit is the most time over the physical limit each may take: the
+	// issue's floor of 1.5x where the client sees the server's timing, a
+	// little more where connection set-up hides how the first wave reached
+	// it, and with 0-40 ms of jitter on each leg only a regression to the
+	// unpaced behaviour is caught.
 	tests := []struct {
 		name                  string
 		path                  func(int) (string, string)
 		queue                 bool
 		jitter, stagger, dial time.Duration
+		limit                 float64
 	}{
-		{"GET distinct URLs, queue on", get, true, 0, 0, 0},
-		{"POST one path, queue on", post, true, 0, 0, 0},
-		{"GET distinct URLs, queue on, 0-40 ms jitter", get, true, 40 * time.Millisecond, 0, 0},
-		{"POST one path, queue on, 0-40 ms jitter", post, true, 40 * time.Millisecond, 0, 0},
-		{"GET, workers starting 0.1 ms apart", get, true, 0, 100 * time.Microsecond, 0},
-		{"POST, workers starting 0.1 ms apart", post, true, 0, 100 * time.Microsecond, 0},
-		{"GET, first requests dialing 0-15 ms", get, true, 0, 50 * time.Microsecond, 15 * time.Millisecond},
-		{"POST, first requests dialing 0-15 ms", post, true, 0, 50 * time.Microsecond, 15 * time.Millisecond},
-		{"GET distinct URLs, queue off", get, false, 0, 0, 0},
+		{"GET distinct URLs, queue on", get, true, 0, 0, 0, 1.5},
+		{"POST one path, queue on", post, true, 0, 0, 0, 1.5},
+		{"GET distinct URLs, queue on, 0-40 ms jitter", get, true, 40 * ms, 0, 0, 2},
+		{"POST one path, queue on, 0-40 ms jitter", post, true, 40 * ms, 0, 0, 2},
+		{"GET, workers starting 0.1 ms apart", get, true, 0, ms / 10, 0, 1.5},
+		{"POST, workers starting 0.1 ms apart", post, true, 0, ms / 10, 0, 1.5},
+		{"GET, first requests connecting for 0-15 ms", get, true, 0, ms / 20, 15 * ms, 1.6},
+		{"POST, first requests connecting for 0-15 ms", post, true, 0, ms / 20, 15 * ms, 1.6},
+		{"GET distinct URLs, queue off", get, false, 0, 0, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,16 +190,10 @@ func TestQueueSimulation(t *testing.T) {
 			assert.Zero(t, res.failed)
 			assert.Zero(t, res.early, "no retry before the server's Retry-After")
 			if tt.queue {
-				// The floor; with 0-40 ms of jitter on each leg the
-				// fit of the server's rate is rougher, so only a regression
-				// to the unpaced behaviour is caught there.
-				limit := 1.5
-				if tt.jitter > 0 || tt.stagger > 0 || tt.dial > 0 {
-					limit = 2
-				}
 				assert.LessOrEqual(t, res.attemptsPerRequest, 1.25)
-				assert.LessOrEqual(t, res.timeOverLimit, limit)
+				assert.LessOrEqual(t, res.timeOverLimit, tt.limit)
 			}
+
 		})
 	}
 }
