@@ -36,8 +36,8 @@ func (p *countingPacer) throttled(_, _, _ time.Time) {
 
 // TestQueue_Successes checks that every success reaches the host's pacer
 // exactly once, those before the first throttle (counted without the
-// lock) in time for it, even when a success races with that throttle. All
-// are sent before the host's first answer, so all count toward its burst.
+// lock) in time for it as its wave, even when a success races with that
+// throttle; the later ones one by one.
 func TestQueue_Successes(t *testing.T) {
 	epoch := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
 	sent := epoch.Add(time.Second)
