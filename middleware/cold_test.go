@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -160,4 +161,21 @@ func TestQueue_BurstOfThrottledAPI(t *testing.T) {
 	assert.Equal(t, 31, p.burst)
 	assert.Equal(t, epoch.UnixNano(), p.waveStart.UnixNano())
 	assert.Equal(t, epoch.Add(5*time.Millisecond), p.waveEnd)
+}
+
+// TestQueue_CountsBoundedAPIs checks that a host whose paths start with
+// ever new segments keeps counters for at most maxAPIs of them.
+func TestQueue_CountsBoundedAPIs(t *testing.T) {
+	epoch := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
+	q := newQueue(clocktest.New(epoch), options.QueueOptions{})
+	s := q.state("graph.example", true)
+	back := &reading{t: epoch, read: true}
+	for i := range 3 * maxAPIs {
+		s.succeeded(epoch, fmt.Sprintf("api%d", i), back)
+	}
+	n := 0
+	s.cold.Range(func(any, any) bool { n++; return true })
+	assert.Equal(t, maxAPIs, n)
+	assert.Nil(t, s.count("another"), "past the cap nothing is counted")
+	assert.NotNil(t, s.count("api0"), "a counted API goes on being counted")
 }
