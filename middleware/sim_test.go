@@ -96,22 +96,40 @@ type simResult struct {
 	failed, early                     int
 }
 
-// simulate sends n requests from c workers through one handler to a
-// server of the given rate and burst, in virtual time.
-func simulate(t *testing.T, opts options.RetryHandlerOptions, n, c int, rate float64, burst int, jitter, stagger, dial time.Duration, path func(i int) (method, url string)) simResult {
+// simWorkload is the throttle benchmark's workload, 2000 requests from 200
+// workers to a 400/s bucket of 40, with the timing of its first wave.
+type simWorkload struct {
+	path    func(i int) (method, url string)
+	jitter  time.Duration // 0 to jitter added to each leg of each attempt
+	stagger time.Duration // between the starts of successive workers
+	dial    time.Duration // 0 to dial added to a worker's first request
+	pacer   string        // the release design (SetPacer); "" for the default
+}
+
+// simulate sends the workload through one handler, in virtual time.
+func simulate(t *testing.T, opts options.RetryHandlerOptions, w simWorkload) simResult {
+	const (
+		n, c  = 2000, 200
+		rate  = 400.0
+		burst = 40
+	)
+	path, stagger := w.path, w.stagger
 	var res simResult
 	synctest.Test(t, func(t *testing.T) {
 		srv := newSimServer(rate, burst, 2*time.Millisecond)
-		if jitter > 0 {
+		if w.jitter > 0 {
 			rng := rand.New(rand.NewPCG(1, 2))
-			srv.jitter = func() time.Duration { return time.Duration(rng.Int64N(int64(jitter))) }
+			srv.jitter = func() time.Duration { return time.Duration(rng.Int64N(int64(w.jitter))) }
 		}
-		if dial > 0 {
+		if w.dial > 0 {
 			rng := rand.New(rand.NewPCG(3, 4))
-			srv.dial = func() time.Duration { return time.Duration(rng.Int64N(int64(dial))) }
+			srv.dial = func() time.Duration { return time.Duration(rng.Int64N(int64(w.dial))) }
 		}
 		h, err := middleware.NewRetryHandler(opts)
 		require.NoError(t, err)
+		if w.pacer != "" {
+			middleware.SetPacer(h, w.pacer)
+		}
 		client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(srv, h)}
 		start := time.Now()
 		jobs := make(chan int)
@@ -155,11 +173,14 @@ func simulate(t *testing.T, opts options.RetryHandlerOptions, n, c int, rate flo
 	return res
 }
 
+func simGET(i int) (string, string) {
+	return http.MethodGet, fmt.Sprintf("https://graph.test/v1.0/users/%d", i)
+}
+
+func simPOST(int) (string, string) { return http.MethodPost, "https://graph.test/v1.0/users" }
+
 func TestQueueSimulation(t *testing.T) {
-	get := func(i int) (string, string) {
-		return http.MethodGet, fmt.Sprintf("https://graph.test/v1.0/users/%d", i)
-	}
-	post := func(int) (string, string) { return http.MethodPost, "https://graph.test/v1.0/users" }
+	get, post := simGET, simPOST
 	const ms = time.Millisecond
 	// limit is the most time over the physical limit each may take: the
 	// issue's floor of 1.5x where the client sees the server's timing, a
@@ -185,7 +206,8 @@ func TestQueueSimulation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := simulate(t, options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: !tt.queue}}, 2000, 200, 400, 40, tt.jitter, tt.stagger, tt.dial, tt.path)
+			res := simulate(t, options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: !tt.queue}},
+				simWorkload{path: tt.path, jitter: tt.jitter, stagger: tt.stagger, dial: tt.dial})
 			t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
 			assert.Zero(t, res.failed)
 			assert.Zero(t, res.early, "no retry before the server's Retry-After")
@@ -194,6 +216,41 @@ func TestQueueSimulation(t *testing.T) {
 				assert.LessOrEqual(t, res.timeOverLimit, tt.limit)
 			}
 
+		})
+	}
+}
+
+// TestPacerAlternatives measures the release designs the issue names
+// against each other on the benchmark's workload: no pacing (every held
+// request leaves when its throttle ends), AIMD, the AWS SDKs' adaptive
+// retry rate limiter (CUBIC around a measured rate), and the adaptive
+// pacer. The adaptive pacer must take the least time on each.
+func TestPacerAlternatives(t *testing.T) {
+	const ms = time.Millisecond
+	workloads := []struct {
+		name string
+		simWorkload
+	}{
+		{"GET", simWorkload{path: simGET}},
+		{"POST", simWorkload{path: simPOST}},
+		{"GET, connecting 0-15 ms", simWorkload{path: simGET, stagger: ms / 20, dial: 15 * ms}},
+		{"POST, connecting 0-15 ms", simWorkload{path: simPOST, stagger: ms / 20, dial: 15 * ms}},
+	}
+	pacers := []string{"unpaced", "aimd", "aws", "adaptive"}
+	for _, wl := range workloads {
+		t.Run(wl.name, func(t *testing.T) {
+			times := map[string]float64{}
+			for _, p := range pacers {
+				w := wl.simWorkload
+				w.pacer = p
+				res := simulate(t, options.RetryHandlerOptions{}, w)
+				t.Logf("%-8s attempts/request %.3f, time %.2fx the limit, failed %d, early %d", p, res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
+				assert.Zero(t, res.early, p)
+				times[p] = res.timeOverLimit
+			}
+			for _, p := range pacers[:len(pacers)-1] {
+				assert.LessOrEqual(t, times["adaptive"], times[p], "adaptive against %s", p)
+			}
 		})
 	}
 }
