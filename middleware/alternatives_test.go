@@ -51,7 +51,7 @@ func (p *aimdPacer) rateAt(now time.Time) float64 {
 	step := float64(max(p.burst, 1)) / p.period
 	base := p.base
 	if base == 0 {
-		base = step
+		base = searchStart * step
 	}
 	return base + step*math.Floor(max(now.Sub(p.since), 0).Seconds()/0.1)
 }

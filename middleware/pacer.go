@@ -30,6 +30,12 @@ const (
 	// in the bucket's size skews the fit, for about 0.1 s more of search
 	// than at 50 ms (measured in sim_test.go and with bench/).
 	doubling = 100 * time.Millisecond
+	// searchStart is where the search starts, in the first wave's
+	// successes per Retry-After period: a server refills at least that
+	// (or it would name a longer wait), and the search ends at its one
+	// throttle wherever it starts, so starting two doublings up only
+	// saves their time.
+	searchStart = 4
 	// maxReleases bounds the release times kept for the fit: 30 s at
 	// about 500 releases a second.
 	maxReleases = 1 << 14
@@ -60,25 +66,25 @@ const (
 
 // adaptivePacer learns the server's sustainable rate from its answers.
 //
-// Before any throttle it does not pace. The successes of the wave that
-// the first throttle ends (the requests to its API sent shortly before it
-// came back) are what the server let through: its burst, and what its
-// bucket refilled while the wave lasted. Release starts at that count per
-// Retry-After period and doubles once per round trip (at least 100 ms),
+// Before any throttle it does not pace. The successes of the wave that the
+// first throttle ends (the requests to its API sent shortly before it came
+// back) are what the server let through: its burst, and what its bucket
+// refilled while the wave lasted. Release starts at four times that count
+// per Retry-After period and doubles once per round trip (at least 100 ms),
 // like TCP's slow start, until the server throttles again. The pacer then
 // fits the server's rate: it replays its own releases since the search
 // began against a token bucket, full at the start, and finds the refill
 // rate at which that bucket would have run dry exactly when the throttled
 // request was sent; the bucket's size is the wave's count less that rate
-// over the wave's span, and the two are solved together. Release goes on at once at 97 % of it (only the throttled
-// target is held, by the queue's rules) along a CUBIC curve: 3 % under,
-// back to it in about 2 s, flat near it, then probing beyond, so that a
-// server whose limit rises is followed. Each later throttle is fitted the
-// same way from the previous one, when the server's bucket was empty. A
-// throttle of a request sent before the last decrease, or within two
-// round trips after it, is the same congestion seen late and is not
-// counted twice. Releases are due at their slots, so a late timer does not
-// lower the rate.
+// over the wave's span, and the two are solved together. Release goes on at
+// once at 97 % of it (only the throttled target is held, by the queue's
+// rules) along a CUBIC curve: 3 % under, back to it in about 2 s, flat near
+// it, then probing beyond, so that a server whose limit rises is followed.
+// Each later throttle is fitted the same way from the previous one, when
+// the server's bucket was empty. A throttle of a request sent before the
+// last decrease, or within two round trips after it, is the same congestion
+// seen late and is not counted twice. Releases are due at their slots, so a
+// late timer does not lower the rate.
 type adaptivePacer struct {
 	state   pacerState
 	base    float64   // steady: the fitted rate
@@ -126,7 +132,7 @@ func (p *adaptivePacer) rateAt(now time.Time) float64 {
 		// Doubling once per round trip, as TCP's slow start does, keeps the
 		// overshoot before the server's answer comes back to a few times.
 		step := max(doubling, p.rtt).Seconds()
-		r = float64(max(p.burst, 1)) / p.period * math.Exp2(elapsed/step)
+		r = searchStart * float64(max(p.burst, 1)) / p.period * math.Exp2(elapsed/step)
 	default:
 		k := math.Cbrt((1 - dip) / cubic)
 		r = p.base * (1 + cubic*math.Pow(elapsed-k, 3))
@@ -209,9 +215,9 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		p.stored = float64(max(p.burst, 1))
 	default:
 		// However the fit reads a noisy round, one throttle never more than
-		// halves a steady rate, and the search never ends below the rate
-		// it started from, which the server already sustained: the pace
-		// cannot collapse.
+		// halves a steady rate, and the search never ends below the first
+		// wave's successes per period, which the server already sustained:
+		// the pace cannot collapse.
 		floor := float64(max(p.burst, 1)) / p.period
 		if p.state == pacerSteady {
 			floor = p.rateAt(sent) / 2

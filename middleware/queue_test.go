@@ -159,9 +159,9 @@ func TestAdaptivePacerFirstThrottle(t *testing.T) {
 		period    float64       // seconds
 		rate      float64       // at the throttle's end
 	}{
-		{"burst per Retry-After", 40, 2 * time.Second, 2, 20},
-		{"Retry-After below 1 s counts as 1 s", 40, 300 * ms, 1, 40},
-		{"no success before: one request per period", 0, 4 * time.Second, 4, 0.25},
+		{"burst per Retry-After", 40, 2 * time.Second, 2, searchStart * 20},
+		{"Retry-After below 1 s counts as 1 s", 40, 300 * ms, 1, searchStart * 40},
+		{"no success before: one request per period", 0, 4 * time.Second, 4, searchStart * 0.25},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -199,7 +199,7 @@ func TestAdaptivePacerSpacing(t *testing.T) {
 		{
 			"searching doubles every doubling",
 			&adaptivePacer{state: pacerSearching, start: t0, reacted: t0, period: 1, burst: 40},
-			func(e float64) float64 { return 40 * math.Exp2(e/doubling.Seconds()) },
+			func(e float64) float64 { return searchStart * 40 * math.Exp2(e/doubling.Seconds()) },
 		},
 		{
 			"steady recovers along a cubic",
@@ -909,7 +909,7 @@ func TestAdaptivePacerUnexplainedThrottle(t *testing.T) {
 				p.sent(p.start.Add(time.Duration(i) * 2 * ms))
 			}
 			sent := p.start.Add(tt.sent)
-			// A plain decrease, but never below the search's start (40/s).
+			// A plain decrease, but never below the first wave's successes per period (40/s).
 			want := max(backoff*max(p.rate, p.rateAt(sent)), 40)
 			p.throttled(sent, sent.Add(ms), sent.Add(time.Second))
 			require.Equal(t, pacerSteady, p.state)
