@@ -100,10 +100,8 @@ type adaptivePacer struct {
 	waveEnd   time.Time // the first throttle
 	rate      float64   // rate of the last release
 	// releases holds the time since start of each release since start, in
-	// order, to fit the server's rate; stored is what the server's bucket
-	// held at start.
+	// order, to fit the server's rate.
 	releases []time.Duration
-	stored   float64
 	// rtt is a decaying maximum of the time from release to answer:
 	// requests released within two of it after a decrease may still meet
 	// the congestion of the ones in flight before it.
@@ -211,8 +209,6 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		p.waveEnd = now
 		p.start = end
 		p.reacted = end
-		// The server's bucket refills while the first wave is held.
-		p.stored = float64(max(p.burst, 1))
 	default:
 		// However the fit reads a noisy round, one throttle never more than
 		// halves a steady rate, and the search never ends below the first
@@ -226,15 +222,15 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		p.state = pacerSteady
 		p.start = now
 		p.reacted = now
-		p.stored = 0 // a throttle means the server's bucket is empty
-		p.last = now // so the first release waits for a token to refill
+		p.last = now // the server's bucket is empty: wait for a token
 	}
 	p.releases = p.releases[:0]
 }
 
-// fit returns the refill rate at which a token bucket holding p.stored
-// tokens at p.start, of capacity p.burst, would first run dry at the
-// throttled request's release, given the releases since, times fitShare.
+// fit returns the refill rate at which the server's token bucket would
+// first run dry at the throttled request's release, given the releases
+// since p.start, times fitShare. The bucket is empty at p.start when a
+// throttle began the round, full when the search did.
 // It replays each release at its own time: counts per interval would
 // credit a whole interval's refill before its releases and, once the
 // throttle is heard of, count the releases made after the throttled one,
@@ -261,7 +257,7 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 		// small bursts of releases that catch up with their slots. Assume
 		// it holds at least a tenth of a second of the rate.
 		capacity := max(counted, minBurstSeconds*max(p.rate, p.rateAt(sent)))
-		rate, ok := p.solve(n, capacity, p.stored)
+		rate, ok := p.solve(n, capacity, 0)
 		if !ok {
 			return plain
 		}

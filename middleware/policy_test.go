@@ -116,6 +116,18 @@ var queueModes = []struct {
 	disabled bool
 }{{"queue on", false}, {"queue off", true}}
 
+// runScript sends one GET through a handler built from opts, with the
+// queue turned off when queueOff, to a server answering steps, and returns
+// what the client got, the waits the handler started, and the server.
+func runScript(t *testing.T, opts options.RetryHandlerOptions, queueOff bool, steps []step) (result, []time.Duration, *scriptServer) {
+	t.Helper()
+	opts.Queue.Disabled = queueOff
+	h, clock := newHandler(t, opts)
+	srv := newScriptServer(t, steps...)
+	got, waits := do(clock, newClient(t, h), get(t, srv.URL))
+	return got, waits, srv
+}
+
 func TestPoliciesDriveTheHandler(t *testing.T) {
 	serverErrors := func(a options.Attempt) bool { return a.Err != nil || a.Response.StatusCode >= 500 }
 	tests := []struct {
@@ -173,12 +185,7 @@ func TestPoliciesDriveTheHandler(t *testing.T) {
 	for _, tt := range tests {
 		for _, queue := range queueModes {
 			t.Run(tt.name+"/"+queue.name, func(t *testing.T) {
-				opts := tt.opts
-				opts.Queue.Disabled = queue.disabled
-				h, clock := newHandler(t, opts)
-				srv := newScriptServer(t, tt.steps...)
-
-				got, waits := do(clock, newClient(t, h), get(t, srv.URL))
+				got, waits, srv := runScript(t, tt.opts, queue.disabled, tt.steps)
 
 				assert.Equal(t, nonZero(tt.delays), waits, "delays")
 
@@ -254,12 +261,7 @@ func TestHandlerRulesOnTopOfPolicies(t *testing.T) {
 	for _, tt := range tests {
 		for _, queue := range queueModes {
 			t.Run(tt.name+"/"+queue.name, func(t *testing.T) {
-				opts := tt.opts
-				opts.Queue.Disabled = queue.disabled
-				h, clock := newHandler(t, opts)
-				srv := newScriptServer(t, tt.steps...)
-
-				got, waits := do(clock, newClient(t, h), get(t, srv.URL))
+				got, waits, srv := runScript(t, tt.opts, queue.disabled, tt.steps)
 
 				assert.Equal(t, nonZero(tt.delays), waits, "delays")
 

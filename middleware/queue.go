@@ -76,15 +76,10 @@ func newTarget(req *http.Request) *target {
 
 // api returns the first path segment, which names the API a request
 // calls; "" when the path has none.
-func (t *target) api() string {
-	if len(t.segs) == 0 {
-		return ""
-	}
-	return t.segs[0]
-}
+func (t *target) api() string { return apiOf(t.path) }
 
-// apiOf returns the first segment of path, as target.api does, without
-// splitting the whole path.
+// apiOf returns the first segment of path without splitting the whole of
+// it, so that a success need not build a target.
 func apiOf(path string) string {
 	seg, _, _ := strings.Cut(strings.TrimLeft(path, "/"), "/")
 	return seg

@@ -52,10 +52,7 @@ func (p Fixed) Validate() error {
 	if p.Retries < 0 {
 		return invalid("Fixed", "Retries", p.Retries, "must not be negative")
 	}
-	if p.Interval < 0 {
-		return invalid("Fixed", "Interval", p.Interval, "must not be negative")
-	}
-	return nil
+	return firstNegative("Fixed", duration{"Interval", p.Interval})
 }
 
 // Linear retries up to Retries times; the delay before retry n (1 for the
@@ -90,13 +87,7 @@ func (p Linear) Validate() error {
 	if p.Retries < 0 {
 		return invalid("Linear", "Retries", p.Retries, "must not be negative")
 	}
-	if p.Interval < 0 {
-		return invalid("Linear", "Interval", p.Interval, "must not be negative")
-	}
-	if p.Delta < 0 {
-		return invalid("Linear", "Delta", p.Delta, "must not be negative")
-	}
-	return nil
+	return firstNegative("Linear", duration{"Interval", p.Interval}, duration{"Delta", p.Delta})
 }
 
 // AzureStorageExponential is the Azure Storage client library's default
@@ -146,13 +137,8 @@ func (p AzureStorageExponential) Validate() error {
 	if p.Retries < 0 {
 		return invalid(typ, "Retries", p.Retries, "must not be negative")
 	}
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"MinBackoff", p.MinBackoff}, {"MaxBackoff", p.MaxBackoff}, {"DeltaBackoff", p.DeltaBackoff}} {
-		if f.d < 0 {
-			return invalid(typ, f.name, f.d, "must not be negative")
-		}
+	if err := firstNegative(typ, duration{"MinBackoff", p.MinBackoff}, duration{"MaxBackoff", p.MaxBackoff}, duration{"DeltaBackoff", p.DeltaBackoff}); err != nil {
+		return err
 	}
 	if minB, maxB := orDefault(p.MinBackoff, DefaultStorageMinBackoff), orDefault(p.MaxBackoff, DefaultStorageMaxBackoff); minB > maxB {
 		return invalid(typ, "MinBackoff", minB, fmt.Sprintf("must not exceed MaxBackoff (%v)", maxB))

@@ -105,21 +105,15 @@ func Key() abstractions.RequestOptionKey { return retryOptionKey }
 // Validate reports the first field that holds an invalid value, naming the
 // field and the value. The zero value is valid.
 func (o *RetryHandlerOptions) Validate() error {
-	durations := []struct {
-		name string
-		d    time.Duration
-	}{
-		{"InitialDelay", o.InitialDelay},
-		{"MaxDelay", o.MaxDelay},
-		{"MaxElapsed", o.MaxElapsed},
-		{"RetriesTimeLimit", o.RetriesTimeLimit},
-		{"AttemptTimeout", o.AttemptTimeout},
-		{"Queue.Recovery", o.Queue.Recovery},
-	}
-	for _, f := range durations {
-		if f.d < 0 {
-			return invalid("RetryHandlerOptions", f.name, f.d, "must not be negative")
-		}
+	if err := firstNegative("RetryHandlerOptions",
+		duration{"InitialDelay", o.InitialDelay},
+		duration{"MaxDelay", o.MaxDelay},
+		duration{"MaxElapsed", o.MaxElapsed},
+		duration{"RetriesTimeLimit", o.RetriesTimeLimit},
+		duration{"AttemptTimeout", o.AttemptTimeout},
+		duration{"Queue.Recovery", o.Queue.Recovery},
+	); err != nil {
+		return err
 	}
 	if o.InitialDelay > 0 && o.MaxDelay > 0 && o.InitialDelay > o.MaxDelay {
 		return invalid("RetryHandlerOptions", "InitialDelay", o.InitialDelay, fmt.Sprintf("must not exceed MaxDelay (%v)", o.MaxDelay))
@@ -158,6 +152,23 @@ func isNil(v any) bool {
 // invalid builds a validation error that names the type, field and value.
 func invalid(typ, field string, value any, why string) error {
 	return fmt.Errorf("%w: %s.%s = %v %s", ErrInvalidOption, typ, field, value, why)
+}
+
+// duration is a field of typ that firstNegative checks.
+type duration struct {
+	name string
+	d    time.Duration
+}
+
+// firstNegative returns the error for the first of fields below zero, or
+// nil.
+func firstNegative(typ string, fields ...duration) error {
+	for _, f := range fields {
+		if f.d < 0 {
+			return invalid(typ, f.name, f.d, "must not be negative")
+		}
+	}
+	return nil
 }
 
 // Limits are the ceilings the handler enforces on top of any policy, with

@@ -125,11 +125,8 @@ func (p Exponential) Validate() error {
 	if p.Retries < 0 {
 		return invalid("Exponential", "Retries", p.Retries, "must not be negative")
 	}
-	if p.InitialDelay < 0 {
-		return invalid("Exponential", "InitialDelay", p.InitialDelay, "must not be negative")
-	}
-	if p.MaxDelay < 0 {
-		return invalid("Exponential", "MaxDelay", p.MaxDelay, "must not be negative")
+	if err := firstNegative("Exponential", duration{"InitialDelay", p.InitialDelay}, duration{"MaxDelay", p.MaxDelay}); err != nil {
+		return err
 	}
 	if p.InitialDelay > 0 && p.MaxDelay > 0 && p.InitialDelay > p.MaxDelay {
 		return invalid("Exponential", "InitialDelay", p.InitialDelay, "must not exceed MaxDelay")
