@@ -53,16 +53,22 @@ func (t *tokenBucket) refill(now time.Time) {
 	}
 }
 
-// wait returns how long until a token is available; 0 when one is now.
-// It must follow refill for the same instant.
-func (t *tokenBucket) wait() time.Duration {
-	if t.tokens >= 1 {
+// Wait returns how long until cost tokens are available; 0 when they are
+// now. A cost above the burst waits for a full bucket.
+func (t *tokenBucket) Wait(now time.Time, cost float64) time.Duration {
+	t.refill(now)
+	need := min(cost, t.burst)
+	if t.tokens >= need {
 		return 0
 	}
-	return time.Duration(math.Ceil((1 - t.tokens) / t.rate * float64(time.Second)))
+	return time.Duration(math.Ceil((need - t.tokens) / t.rate * float64(time.Second)))
 }
 
-func (t *tokenBucket) take() { t.tokens-- }
+// Take takes cost tokens.
+func (t *tokenBucket) Take(now time.Time, cost float64) {
+	t.refill(now)
+	t.tokens -= min(cost, t.burst)
+}
 
 // retryAfterSeconds turns the time until a token is available into a
 // Retry-After value the way Graph sends it: whole seconds, rounded up, and

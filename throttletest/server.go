@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -74,6 +75,11 @@ type Config struct {
 	// separately, keyed by that first segment without slashes ("mail"
 	// for "/mail/users/1").
 	PathBuckets map[string]Bucket
+	// Rules throttle the requests each matches with budgets of their own
+	// (per service, per mailbox, per item), in addition to the buckets
+	// above. A request passes only when every budget that applies to it
+	// admits it, and then takes from all of them.
+	Rules []Rule
 	// Hosts are the loopback IP addresses to listen on, each on a port of
 	// its own, so that a client sees really different URL hosts. Empty:
 	// {"127.0.0.1"}. Linux answers on all of 127.0.0.0/8; other systems may
@@ -109,6 +115,11 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	for i, r := range c.Rules {
+		if err := r.validate(i); err != nil {
+			return err
+		}
+	}
 	for _, h := range c.Hosts {
 		if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
 			return fmt.Errorf("throttletest: Config.Hosts entry %q is not a loopback IP address", h)
@@ -132,6 +143,9 @@ type Stats struct {
 	Unavailable int // 503 answers
 	BadBody     int // attempts whose body did not match X-Body-Sha256
 	Early       int // attempts that arrived before the Retry-After named for their request
+	// ThrottledBy counts the 429 answers by the budget that caused them:
+	// a Rule's Name, or "bucket", "host" or "path" for Config's buckets.
+	ThrottledBy map[string]int
 }
 
 // Request is what the server saw of one logical request, the attempts
@@ -177,9 +191,7 @@ type Server struct {
 
 	mu          sync.Mutex
 	rand        func() float64
-	global      *tokenBucket
-	hosts       map[string]*tokenBucket
-	paths       map[string]*tokenBucket
+	rules       []*ruleState // Config's buckets first, then Config.Rules
 	stats       Stats
 	requests    map[string]*record
 	completions []time.Duration
@@ -230,11 +242,7 @@ func newServer(cfg Config, now func() time.Time) (*Server, error) {
 	s.URL = s.URLs[0]
 
 	s.start = now()
-	if cfg.Bucket.enabled() {
-		s.global = newTokenBucket(cfg.Bucket, s.start)
-	}
-	s.hosts = buckets(cfg.HostBuckets, s.start)
-	s.paths = buckets(cfg.PathBuckets, s.start)
+	s.rules = rules(cfg)
 
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	for _, l := range listeners {
@@ -247,14 +255,28 @@ func newServer(cfg Config, now func() time.Time) (*Server, error) {
 	return s, nil
 }
 
-func buckets(cfg map[string]Bucket, now time.Time) map[string]*tokenBucket {
-	m := map[string]*tokenBucket{}
-	for k, b := range cfg {
-		if b.enabled() {
-			m[k] = newTokenBucket(b, now)
+// rules turns Config's buckets into rules, followed by Config.Rules.
+func rules(cfg Config) []*ruleState {
+	var out []*ruleState
+	add := func(r Rule) { out = append(out, &ruleState{Rule: r, limiters: map[string]Limiter{}}) }
+	if cfg.Bucket.enabled() {
+		add(Rule{Name: "bucket", Limiter: BucketLimiter(cfg.Bucket), Match: func(*http.Request) (string, bool) { return "", true }})
+	}
+	keyed := func(name string, buckets map[string]Bucket, key func(*http.Request) string) {
+		if len(buckets) > 0 {
+			add(Rule{
+				Name:    name,
+				Match:   func(r *http.Request) (string, bool) { k := key(r); return k, buckets[k].enabled() },
+				Limiter: func(k string, now time.Time) Limiter { return newTokenBucket(buckets[k], now) },
+			})
 		}
 	}
-	return m
+	keyed("host", cfg.HostBuckets, func(r *http.Request) string { return hostname(r.Host) })
+	keyed("path", cfg.PathBuckets, func(r *http.Request) string { return firstSegment(r.URL.Path) })
+	for _, r := range cfg.Rules {
+		add(r)
+	}
+	return out
 }
 
 // Close closes the listeners and every connection, and waits until the
@@ -274,6 +296,7 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Requests = len(s.requests)
+	st.ThrottledBy = maps.Clone(s.stats.ThrottledBy)
 	return st
 }
 
@@ -353,7 +376,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 type answer struct {
 	status     int
-	retryAfter int64 // seconds, for 429
+	retryAfter int64  // seconds, for 429
+	rule       string // the budget that answered 429
 	requestID  string
 }
 
@@ -388,9 +412,13 @@ func (s *Server) account(r *http.Request, host string, now time.Time, bad bool) 
 		if rec != nil {
 			rec.Unavailable++
 		}
-	case s.takeToken(now, host, firstSegment(r.URL.Path), &a):
+	case s.takeToken(now, r, &a):
 		a.status = http.StatusTooManyRequests
 		s.stats.Throttled++
+		if s.stats.ThrottledBy == nil {
+			s.stats.ThrottledBy = map[string]int{}
+		}
+		s.stats.ThrottledBy[a.rule]++
 		if rec != nil {
 			rec.Throttled++
 			rec.notBefore = now.Add(time.Duration(a.retryAfter) * time.Second)
@@ -431,31 +459,33 @@ func (s *Server) record(id string, r *http.Request, host string, now time.Time) 
 	return rec
 }
 
-// takeToken takes a token from every bucket that applies to the request,
-// or, when one of them is empty, takes none, sets a.retryAfter from the
-// longest wait and reports true.
-func (s *Server) takeToken(now time.Time, host, segment string, a *answer) bool {
-	apply := make([]*tokenBucket, 0, 3)
-	if s.global != nil {
-		apply = append(apply, s.global)
+// takeToken takes from every budget that applies to the request or, when
+// one of them cannot admit it, takes from none, sets a.retryAfter from the
+// longest wait and a.rule from the budget that named it, and reports true.
+func (s *Server) takeToken(now time.Time, r *http.Request, a *answer) bool {
+	type use struct {
+		l    Limiter
+		cost float64
 	}
-	if b, ok := s.hosts[host]; ok {
-		apply = append(apply, b)
-	}
-	if b, ok := s.paths[segment]; ok {
-		apply = append(apply, b)
-	}
+	apply := make([]use, 0, len(s.rules))
 	var wait time.Duration
-	for _, b := range apply {
-		b.refill(now)
-		wait = max(wait, b.wait())
+	var by *ruleState
+	for _, rs := range s.rules {
+		l, cost := rs.applying(r, now)
+		if l == nil {
+			continue
+		}
+		apply = append(apply, use{l, cost})
+		if w := l.Wait(now, cost); w > wait {
+			wait, by = w, rs
+		}
 	}
 	if wait > 0 {
-		a.retryAfter = retryAfterSeconds(wait)
+		a.retryAfter, a.rule = by.retryAfter(wait), by.Name
 		return true
 	}
-	for _, b := range apply {
-		b.take()
+	for _, u := range apply {
+		u.l.Take(now, u.cost)
 	}
 	return false
 }

@@ -72,11 +72,10 @@ func TestTokenBucket(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newTokenBucket(tt.bucket, t0)
 			for i, s := range tt.steps {
-				b.refill(t0.Add(s.at))
-				got := b.wait()
+				got := b.Wait(t0.Add(s.at), 1)
 				assert.Equal(t, s.wantWait, got, "step %d at %v", i, s.at)
 				if got == 0 {
-					b.take()
+					b.Take(t0.Add(s.at), 1)
 				}
 			}
 		})
@@ -223,7 +222,7 @@ func TestServerThrottlesLikeGraph(t *testing.T) {
 			assert.JSONEq(t, fmt.Sprintf(`{"error":{"code":"TooManyRequests","message":"Too many requests. Retry after %s s."}}`, s.wantRA), got.body)
 		}
 	}
-	assert.Equal(t, Stats{Attempts: 6, OK: 3, Throttled: 3}, h.srv.Stats())
+	assert.Equal(t, Stats{Attempts: 6, OK: 3, Throttled: 3, ThrottledBy: map[string]int{"bucket": 3}}, h.srv.Stats())
 }
 
 func TestServerGETBody(t *testing.T) {
@@ -338,7 +337,7 @@ func TestServerOutage(t *testing.T) {
 			assert.Contains(t, got.body, "serviceNotAvailable")
 		}
 	}
-	assert.Equal(t, Stats{Attempts: 4, Requests: 1, OK: 1, Throttled: 1, Unavailable: 2}, h.srv.Stats())
+	assert.Equal(t, Stats{Attempts: 4, Requests: 1, OK: 1, Throttled: 1, Unavailable: 2, ThrottledBy: map[string]int{"bucket": 1}}, h.srv.Stats())
 	assert.Equal(t, []time.Duration{2 * time.Second}, h.srv.Completions())
 }
 
@@ -369,6 +368,18 @@ func TestServerSeparateBuckets(t *testing.T) {
 		{"host buckets", Config{Hosts: []string{"127.0.0.1", "127.0.0.2"}, HostBuckets: map[string]Bucket{"127.0.0.1": slow}},
 			[]string{"0 /users/1", "0 /users/2", "1 /users/1", "1 /users/2"},
 			[]int{200, 429, 200, 200}},
+		{"a rule's budget per key, with a cost and its own Retry-After", Config{Rules: []Rule{{
+			Name: "mailbox",
+			Match: func(r *http.Request) (string, bool) {
+				seg := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+				return seg[len(seg)-2], len(seg) == 3 && seg[2] == "messages"
+			},
+			Limiter:    BucketLimiter(Bucket{Rate: 0.001, Burst: 2}),
+			Cost:       func(r *http.Request) float64 { return float64(len(r.URL.Query().Get("cost"))) },
+			RetryAfter: func(time.Duration) int64 { return 7 },
+		}}},
+			[]string{"0 /users/a/messages?cost=x", "0 /users/a/messages?cost=x", "0 /users/a/messages?cost=x", "0 /users/b/messages?cost=xx", "0 /users/b/messages?cost=x", "0 /users/a"},
+			[]int{200, 200, 429, 200, 429, 200}},
 		{"a throttled path takes no global token", Config{Bucket: Bucket{Rate: 0.001, Burst: 2}, PathBuckets: map[string]Bucket{"mail": slow}},
 			[]string{"0 /mail/1", "0 /mail/2", "0 /files/1", "0 /files/2"},
 			[]int{200, 429, 200, 429}},
@@ -473,7 +484,7 @@ func TestServerConcurrentAccounting(t *testing.T) {
 		count[s]++
 	}
 	assert.Equal(t, map[int]int{200: burst, 429: workers*perWorker - burst}, count)
-	assert.Equal(t, Stats{Attempts: workers * perWorker, Requests: workers * perWorker, OK: burst, Throttled: workers*perWorker - burst}, h.srv.Stats())
+	assert.Equal(t, Stats{Attempts: workers * perWorker, Requests: workers * perWorker, OK: burst, Throttled: workers*perWorker - burst, ThrottledBy: map[string]int{"bucket": workers*perWorker - burst}}, h.srv.Stats())
 	assert.Len(t, h.srv.Requests(), workers*perWorker)
 	assert.Len(t, h.srv.Completions(), burst)
 }
