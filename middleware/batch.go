@@ -200,7 +200,7 @@ func moreUrgent(a, b int) int {
 		}
 		return 0
 	}
-	if rank(b) > rank(a) {
+	if a == 0 || rank(b) > rank(a) {
 		return b
 	}
 	return a
