@@ -99,7 +99,12 @@ func (b *batchRun) Next(req *http.Request, index int) (*http.Response, error) {
 		// repeated as it was.
 		return resp, err
 	}
-	raw, whole := readBounded(resp, batch.MaxBodySize)
+	raw, whole, err := readBounded(resp, batch.MaxBodySize)
+	if err != nil {
+		// The caller meets the error reading the body; the batch merged
+		// so far still holds every earlier answer.
+		return resp, nil
+	}
 	if !whole {
 		return b.stop(resp), nil
 	}
@@ -251,23 +256,24 @@ func (b *batchRun) answeredByItems() bool {
 
 // readBounded reads resp's body up to limit bytes and replaces it with one
 // that yields the same bytes, so that the caller can still get the body as
-// it came. whole is false when the body is longer, or reading failed: the
-// new body then yields what was read followed by the rest.
-func readBounded(resp *http.Response, limit int64) (raw []byte, whole bool) {
+// it came. whole is false when the body is longer; the new body then
+// yields what was read followed by the rest, as it does after a read
+// error, which readBounded returns.
+func readBounded(resp *http.Response, limit int64) (raw []byte, whole bool, err error) {
 	if resp.Body == nil || resp.Body == http.NoBody {
-		return nil, true
+		return nil, true, nil
 	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	raw, err = io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil || int64(len(raw)) > limit {
 		resp.Body = struct {
 			io.Reader
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(raw), resp.Body), resp.Body}
-		return nil, false
+		return nil, false, err
 	}
 	_ = resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(raw))
-	return raw, true
+	return raw, true, nil
 }
 
 // peek returns the request body's bytes without taking it from the first

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/batch"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/observability"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
@@ -123,4 +124,52 @@ func TestMoreUrgent(t *testing.T) {
 	} {
 		assert.Equal(t, tt.want, moreUrgent(tt.a, tt.b), "%d, %d", tt.a, tt.b)
 	}
+}
+
+// pipelineFunc adapts a function to nethttplibrary.Pipeline.
+type pipelineFunc func(req *http.Request, index int) (*http.Response, error)
+
+func (f pipelineFunc) Next(req *http.Request, index int) (*http.Response, error) {
+	return f(req, index)
+}
+
+type brokenBody struct{}
+
+func (brokenBody) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+func (brokenBody) Close() error             { return nil }
+
+// TestBatchResendBodyBroken checks that a resend whose answer breaks off
+// leaves the caller the batch merged so far, nothing lost.
+func TestBatchResendBodyBroken(t *testing.T) {
+	clk := clocktest.New(t0)
+	h, err := NewRetryHandler(options.RetryHandlerOptions{Clock: clk})
+	require.NoError(t, err)
+	calls := 0
+	p := pipelineFunc(func(req *http.Request, _ int) (*http.Response, error) {
+		calls++
+		if calls == 1 {
+			body := `{"responses":[{"id":"1","status":200,"body":{"a":1}},{"id":"2","status":429,"headers":{"Retry-After":"1"}}]}`
+			return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
+		}
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: brokenBody{}, Request: req}, nil
+	})
+	req, err := http.NewRequest(http.MethodPost, "https://graph.microsoft.com/v1.0/$batch", strings.NewReader(
+		`{"requests":[{"id":"1","method":"GET","url":"/me"},{"id":"2","method":"GET","url":"/me/events"}]}`))
+	require.NoError(t, err)
+	type out struct {
+		body string
+		err  error
+	}
+	res, _ := clocktest.Drive(clk, func() out {
+		resp, err := h.Intercept(p, 0, req)
+		if err != nil {
+			return out{err: err}
+		}
+		b, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		return out{string(b), err}
+	})
+	require.NoError(t, res.err)
+	assert.Equal(t, 2, calls)
+	assert.JSONEq(t, `{"responses":[{"id":"1","status":200,"body":{"a":1}},{"id":"2","status":429,"headers":{"Retry-After":"1"}}]}`, res.body)
 }
