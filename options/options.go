@@ -243,7 +243,12 @@ type QueueOptions struct {
 // items answered 429, 503 or 504 is resent, those items only, until every
 // item has its final answer or a limit stops it, and the caller gets one
 // batch response holding every item's last answer in the original order.
-// The zero value turns completion on.
+// The batch counts as one request: MaxRetries, MaxElapsed,
+// RetriesTimeLimit, the context's deadline and ShouldRetry apply to it as a
+// whole. While items remain to be resent, Policy and ShouldRetry see the
+// batch as a failed attempt whose status is the most urgent of theirs
+// (429, then 503, then 504) and whose Retry-After-Ms is the longest
+// Retry-After among them. The zero value turns completion on.
 type BatchOptions struct {
 	// Disabled returns every batch response as the server sent it: its
 	// throttled items are the caller's to resend.
