@@ -157,8 +157,9 @@ func (b *batchRun) prepareResend(req *http.Request) {
 }
 
 // stop ends completion and returns resp, its body whole as the server
-// sent it. An earlier answer is then lost to the caller: only a server
-// that changes its answers' format mid-batch gets there.
+// sent it. After a first round, the answers merged so far are then lost to
+// the caller: only a server whose later answer is no batch JSON, or past
+// the bound, gets there, and its answer is what the caller must see.
 func (b *batchRun) stop(resp *http.Response) *http.Response {
 	b.stopped, b.resent = true, nil
 	b.final = resp
@@ -241,7 +242,6 @@ func (b *batchRun) finish(resp *http.Response, err error) (*http.Response, error
 		return resp, err
 	}
 	if err != nil && b.ctx.Err() != nil {
-		discard(resp)
 		return resp, err
 	}
 	discard(resp)
