@@ -160,8 +160,9 @@ func (c *Completer) Absorb(body []byte) ([]Item, error) {
 
 // pick decides which items to resend: those answered 429 or 503, those
 // answered 504 whose request is safe to repeat, and, transitively, those
-// answered 424 because an item they depend on is resent. Everything else
-// is final.
+// answered 424 because an item they depend on is resent while every other
+// one succeeded. Everything else is final: an item whose dependency failed
+// for good would fail again.
 func (c *Completer) pick() {
 	resent := make(map[string]bool)
 	for _, r := range c.requests {
@@ -177,11 +178,8 @@ func (c *Completer) pick() {
 			if resent[r.ID] || r.answer == nil || r.answer.Status != http.StatusFailedDependency {
 				continue
 			}
-			for _, d := range r.DependsOn {
-				if resent[d] {
-					resent[r.ID], changed = true, true
-					break
-				}
+			if c.dependencyResent(r, resent) {
+				resent[r.ID], changed = true, true
 			}
 		}
 	}
@@ -191,6 +189,21 @@ func (c *Completer) pick() {
 			c.resend = append(c.resend, r)
 		}
 	}
+}
+
+// dependencyResent reports whether one of r's dependencies is resent and
+// each of the others succeeded.
+func (c *Completer) dependencyResent(r *request, resent map[string]bool) bool {
+	some := false
+	for _, id := range r.DependsOn {
+		switch d := c.byID[id]; {
+		case resent[id]:
+			some = true
+		case d == nil || d.answer == nil || d.answer.Status < 200 || d.answer.Status > 299:
+			return false
+		}
+	}
+	return some
 }
 
 func (c *Completer) retryable(r *request) bool {
