@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -361,3 +362,27 @@ func TestBatchCanceledWhileWaiting(t *testing.T) {
 }
 
 type middlewareStats struct{ Requests, Attempts, Retries int64 }
+
+// TestBatchOversizedRequestPassesThrough checks that a batch request past
+// the bound is sent whole and its answer returned as it came, whether its
+// length is declared or, as Kiota sends it, not.
+func TestBatchOversizedRequestPassesThrough(t *testing.T) {
+	big := []byte(`{"requests":[{"id":"1","method":"POST","url":"/me/drive/items","body":"` + strings.Repeat("x", 4<<20) + `"},{"id":"2","method":"GET","url":"/me"}]}`)
+	for _, declared := range []bool{true, false} {
+		t.Run("length declared "+strconv.FormatBool(declared), func(t *testing.T) {
+			srv := newScripted(t, batchOK(oneThrottled))
+			h, clk := newHandler(t, options.RetryHandlerOptions{})
+			req := kiotaBatch(t, srv.URL, big)
+			if !declared {
+				req.ContentLength = 0
+			}
+			res, waits := do(clk, newClient(t, h), req)
+			require.NoError(t, res.err)
+			assert.Empty(t, waits)
+			got := srv.attempts()
+			require.Len(t, got, 1)
+			assert.Equal(t, string(big), got[0].body)
+			assert.Equal(t, oneThrottled, res.body)
+		})
+	}
+}
