@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -215,4 +216,44 @@ func TestReportsAreWritten(t *testing.T) {
 	assert.Contains(t, string(md), ", load average 1.00 before.")
 	assert.Contains(t, string(md), "| ours (default) | 1.50 | 1.50x | 1 |")
 	assert.Equal(t, len(scenarios), strings.Count(string(md), "\n### "))
+}
+
+// Without a throttle every client gets every item of every batch through
+// in one attempt: the batch runner counts items, not batches.
+func TestRunBatchWithoutThrottleIsClean(t *testing.T) {
+	open := scenario{
+		key:    "open-batch",
+		config: func(params) throttletest.Config { return throttletest.Config{} },
+		limit:  func(params) time.Duration { return time.Second },
+		batch:  true,
+	}
+	p := params{n: 45, c: 2, rate: 1, burst: 1, outage: time.Second, reqTimeout: 10 * time.Second,
+		runTimeout: 20 * time.Second, heldAfter: time.Second}
+	for _, cl := range clients {
+		for _, m := range []string{"GET", "POST"} {
+			r, err := run(cl, open, m, p)
+			require.NoError(t, err)
+			assert.Equal(t, p.n, r.succeeded, "%s %s: %s", cl.key, m, r.firstErr)
+			assert.Equal(t, p.n, r.attempts, "%s %s: one attempt per item", cl.key, m)
+			assert.Len(t, r.completions, p.n)
+			assert.Zero(t, r.leaked, "%s %s", cl.key, m)
+		}
+	}
+}
+
+// The batch scenario's budgets are per mailbox: item i of the workload
+// draws from mailbox i mod 10 only.
+func TestBatchItemsMailboxes(t *testing.T) {
+	items := batchItems("GET", 18, 22)
+	require.Len(t, items, 4)
+	assert.Equal(t, batchItem{ID: "18", Method: "GET", URL: "/users/mbx8/messages/18"}, items[0])
+	assert.Equal(t, "/users/mbx1/messages/21", items[3].URL)
+	rule := mailboxRule(params{rate: 400})
+	for path, want := range map[string]string{"/v1.0/users/mbx8/messages/18": "mbx8", "/v1.0/users/mbx1": "mbx1"} {
+		key, ok := rule.Match(&http.Request{URL: &url.URL{Path: path}})
+		assert.True(t, ok, path)
+		assert.Equal(t, want, key, path)
+	}
+	_, ok := rule.Match(&http.Request{URL: &url.URL{Path: "/v1.0/me"}})
+	assert.False(t, ok)
 }

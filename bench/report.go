@@ -37,6 +37,8 @@ func writeTable(w io.Writer, g group, p params) {
 	switch g.scenario.key {
 	case "b":
 		fmt.Fprintf(w, " (the outage)")
+	case "batch":
+		fmt.Fprintf(w, " (%d items in batches of %d, at %g/s over %d mailboxes)", p.n, batchSize, p.rate, mailboxes)
 	default:
 		fmt.Fprintf(w, " (%d throttled requests at %g/s, burst %d)", throttledCount(g.scenario, p), p.rate, p.burst)
 	}

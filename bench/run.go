@@ -72,6 +72,9 @@ type outcome struct {
 // run drives p.n requests from p.c workers through a fresh client against
 // a fresh server, and measures.
 func run(cl client, sc scenario, method string, p params) (result, error) {
+	if sc.batch {
+		return runBatch(cl, sc, method, p)
+	}
 	res := result{client: cl, scenario: sc, method: method, p: p, limit: sc.limit(p)}
 	srv := throttletest.NewServer(sc.config(p))
 	defer srv.Close()

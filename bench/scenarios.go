@@ -34,6 +34,9 @@ type scenario struct {
 	// split reports whether the workload goes to two APIs, of which only
 	// one is throttled.
 	split bool
+	// batch reports that the workload's n requests are the items of JSON
+	// batches, sent by runBatch rather than one by one; target is unused.
+	batch bool
 }
 
 var scenarios = []scenario{
@@ -97,6 +100,20 @@ var scenarios = []scenario{
 		},
 		limit: func(p params) time.Duration { return perSecond((p.n+1)/2, p.rate) },
 		split: true,
+	},
+	{
+		key:   "batch",
+		title: "(batch) JSON batches of 20, items throttled per mailbox",
+		about: "The n requests are the items of n/20 JSON batches (`POST /v1.0/$batch`), sent by up to c workers. " +
+			"Item i reads (GET) or creates (POST) a message in mailbox i mod 10; each mailbox has a token bucket of rate/10 holding one second of it (Outlook limits a mailbox over minutes; -burst is unused), " +
+			"and the server answers each item as if it were sent alone: 429 with its own `Retry-After` inside a 200 batch, in an order of its own. " +
+			"A request counts as ok when the batch the application got back answers it 2xx; attempts/req and 429s/req are per item; p50 and p99 are per batch. " +
+			"Physical limit: n / rate less the second every bucket holds at start.",
+		config: func(p params) throttletest.Config {
+			return throttletest.Config{Rules: []throttletest.Rule{mailboxRule(p)}}
+		},
+		limit: func(p params) time.Duration { return max(perSecond(p.n, p.rate)-time.Second, time.Millisecond) },
+		batch: true,
 	},
 }
 

@@ -102,6 +102,9 @@ func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, re
 	}
 	r.body = newReplayer(req)
 	defer r.body.finish()
+	if r.batch = r.completeBatch(); r.batch != nil {
+		return r.batch.finish(r.do(ctx))
+	}
 	return r.do(ctx)
 }
 
@@ -120,6 +123,7 @@ type run struct {
 	start    time.Time
 	waited   time.Duration // cumulative time spent between attempts
 	obs      observer      // reports the request's signals; see observe.go
+	batch    *batchRun     // completes a JSON batch; nil for other requests
 	// holdLimit names the limit the queue's deadline for the next attempt
 	// comes from, for when a hold would pass it.
 	holdLimit string
@@ -250,7 +254,9 @@ func (r *run) target() *target {
 // when the response came; only a throttle needs it.
 func (r *run) observe(resp *http.Response, err error, sent time.Time, back *reading) {
 	q := r.h.queue
-	if q == nil || err != nil || resp == nil {
+	if q == nil || err != nil || resp == nil || r.batch.answeredByItems() {
+		// A batch's items are throttled one by one: its stand-in
+		// response says nothing of the batch's own URL.
 		return
 	}
 	var ra time.Duration

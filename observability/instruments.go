@@ -26,6 +26,7 @@ type Instruments struct {
 	delay         metric.Float64Histogram
 	queueDuration metric.Float64Histogram
 	held          metric.Int64UpDownCounter
+	batchItems    metric.Int64Counter
 }
 
 // NewInstruments creates the handler's instruments from mp, under the meter
@@ -65,6 +66,12 @@ func NewInstruments(mp metric.MeterProvider) *Instruments {
 	if err != nil || in.held == nil {
 		report(MetricQueueHeldRequests, err)
 		in.held = noop.Int64UpDownCounter{}
+	}
+	in.batchItems, err = m.Int64Counter(MetricBatchItemsResent, metric.WithUnit(UnitBatchItemsResent),
+		metric.WithDescription("Items of JSON batches resent because they were throttled or depended on one that was."))
+	if err != nil || in.batchItems == nil {
+		report(MetricBatchItemsResent, err)
+		in.batchItems = noop.Int64Counter{}
 	}
 	return in
 }
@@ -107,4 +114,10 @@ func (in *Instruments) Held(ctx context.Context) {
 func (in *Instruments) Released(ctx context.Context, d time.Duration) {
 	in.held.Add(ctx, -1)
 	in.queueDuration.Record(ctx, d.Seconds())
+}
+
+// BatchItemsResent counts n items of a JSON batch resent because they were
+// answered status.
+func (in *Instruments) BatchItemsResent(ctx context.Context, status, n int) {
+	in.batchItems.Add(ctx, int64(n), metric.WithAttributes(HTTPResponseStatusCodeKey.Int(status)))
 }

@@ -75,6 +75,9 @@ const (
 	// QueueHeldDurationKey (double, seconds) is how long the throttle queue
 	// actually held a request, on EventQueueReleased.
 	QueueHeldDurationKey = attribute.Key(Namespace + "queue.held_duration")
+	// BatchItemsKey (int) is a number of items of a JSON batch, on
+	// EventBatchItemsResent.
+	BatchItemsKey = attribute.Key(Namespace + "batch.items")
 )
 
 // Values of RetryReasonKey.
@@ -126,6 +129,11 @@ const (
 	// EventGivenUp: the last attempt failed and the handler stopped
 	// retrying, for the reason in StopReasonKey.
 	EventGivenUp = Namespace + "given_up"
+	// EventBatchItemsResent: a JSON batch was resent holding BatchItemsKey
+	// of its items that were answered HTTPResponseStatusCodeKey (429, 503,
+	// 504, or 424 for the items depending on them), as retry
+	// HTTPRequestResendCountKey. One event per status code and resend.
+	EventBatchItemsResent = Namespace + "batch.items_resent"
 )
 
 // Metric names and units. Units follow UCUM as the OpenTelemetry
@@ -147,4 +155,8 @@ const (
 	// holds right now.
 	MetricQueueHeldRequests = Namespace + "queue.held_requests"
 	UnitQueueHeldRequests   = "{request}"
+	// MetricBatchItemsResent counts the items of JSON batches resent, by
+	// HTTPResponseStatusCodeKey: the status that made each one resent.
+	MetricBatchItemsResent = Namespace + "batch.items_resent"
+	UnitBatchItemsResent   = "{item}"
 )

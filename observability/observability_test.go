@@ -31,9 +31,9 @@ func TestNamingRules(t *testing.T) {
 	valid := regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$`)
 	ours := []string{
 		string(EnableKey), string(RetryReasonKey), string(StopReasonKey),
-		string(QueueExpectedDurationKey), string(QueueHeldDurationKey),
-		EventQueueHeld, EventQueueReleased, EventGivenUp,
-		MetricRetries, MetricDelay, MetricQueueDuration, MetricQueueHeldRequests,
+		string(QueueExpectedDurationKey), string(QueueHeldDurationKey), string(BatchItemsKey),
+		EventQueueHeld, EventQueueReleased, EventGivenUp, EventBatchItemsResent,
+		MetricRetries, MetricDelay, MetricQueueDuration, MetricQueueHeldRequests, MetricBatchItemsResent,
 	}
 	for _, n := range ours {
 		assert.Regexp(t, valid, n)
@@ -178,9 +178,10 @@ func TestNewInstrumentsBrokenProvider(t *testing.T) {
 	in.RetrySent(ctx, RetryAttributes(503, RetryReasonResponse))
 	in.Held(ctx)
 	in.Released(ctx, time.Second)
+	in.BatchItemsResent(ctx, 429, 3)
 
-	require.Len(t, rec.errs, 4)
-	for i, name := range []string{MetricRetries, MetricDelay, MetricQueueDuration, MetricQueueHeldRequests} {
+	require.Len(t, rec.errs, 5)
+	for i, name := range []string{MetricRetries, MetricDelay, MetricQueueDuration, MetricQueueHeldRequests, MetricBatchItemsResent} {
 		assert.ErrorIs(t, rec.errs[i], errBroken)
 		assert.Contains(t, rec.errs[i].Error(), name)
 	}

@@ -80,6 +80,10 @@ type RetryHandlerOptions struct {
 	// Queue configures the throttle-aware queue; the zero value turns it on.
 	// Set per request, Queue.Disabled exempts that request from the queue.
 	Queue QueueOptions
+	// Batch configures how a JSON batch whose items were throttled is
+	// completed; the zero value turns completion on. Set per request,
+	// Batch.Disabled returns that batch as the server answered it.
+	Batch BatchOptions
 	// Clock is the source of time for delays, limits and timeouts.
 	// nil: the system clock. It is a handler-wide setting: the handler's
 	// clock is used even when a per-request option sets its own.
@@ -232,4 +236,21 @@ type QueueOptions struct {
 	// queue remembers per host; the ones that ended first are forgotten
 	// first. 0: 1024. Handler-wide: ignored on per-request options.
 	MaxTracked int
+}
+
+// BatchOptions configures the completion of JSON batches: a POST to
+// {service root}/$batch (as Microsoft Graph serves it) answered 200 with
+// items answered 429, 503 or 504 is resent, those items only, until every
+// item has its final answer or a limit stops it, and the caller gets one
+// batch response holding every item's last answer in the original order.
+// The batch counts as one request: MaxRetries, MaxElapsed,
+// RetriesTimeLimit, the context's deadline and ShouldRetry apply to it as a
+// whole. While items remain to be resent, Policy and ShouldRetry see the
+// batch as a failed attempt whose status is the most urgent of theirs
+// (429, then 503, then 504) and whose Retry-After-Ms is the longest
+// Retry-After among them. The zero value turns completion on.
+type BatchOptions struct {
+	// Disabled returns every batch response as the server sent it: its
+	// throttled items are the caller's to resend.
+	Disabled bool
 }

@@ -337,6 +337,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	digest := hex.EncodeToString(sum[:])
 	declared := r.Header.Get(HeaderBodySHA256)
 	bad := readErr != nil || declared != "" && !strings.EqualFold(declared, digest)
+	if isBatch(r) && !bad {
+		s.serveBatch(w, r, body)
+		return
+	}
 
 	host := hostname(r.Host)
 	now := s.now()
