@@ -22,3 +22,4 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzRetryAfter$$' -fuzztime=$(FUZZTIME) ./middleware
 	$(GO) test -run='^$$' -fuzz='^FuzzRetryDelay$$' -fuzztime=$(FUZZTIME) ./middleware
 	$(GO) test -run='^$$' -fuzz='^FuzzValidate$$' -fuzztime=$(FUZZTIME) ./options
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/ratelimit
