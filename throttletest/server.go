@@ -416,7 +416,7 @@ func (s *Server) account(r *http.Request, host string, now time.Time, bad bool) 
 		if rec != nil {
 			rec.Unavailable++
 		}
-	case s.takeToken(now, r, &a):
+	case takeToken(s.rules, now, r, &a):
 		a.status = http.StatusTooManyRequests
 		s.stats.Throttled++
 		if s.stats.ThrottledBy == nil {
@@ -466,16 +466,16 @@ func (s *Server) record(id string, r *http.Request, host string, now time.Time) 
 // takeToken takes from every budget that applies to the request or, when
 // one of them cannot admit it, takes from none, sets a.retryAfter from the
 // longest wait and a.rule from the budget that named it, and reports true.
-func (s *Server) takeToken(now time.Time, r *http.Request, a *answer) bool {
+func takeToken(rules []*ruleState, now time.Time, r *http.Request, a *answer) bool {
 	type use struct {
 		rs   *ruleState
 		l    Limiter
 		cost float64
 	}
-	apply := make([]use, 0, len(s.rules))
+	apply := make([]use, 0, len(rules))
 	var wait time.Duration
 	var by *ruleState
-	for _, rs := range s.rules {
+	for _, rs := range rules {
 		l, cost := rs.applying(r, now)
 		if l == nil {
 			continue
