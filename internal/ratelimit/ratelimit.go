@@ -121,26 +121,23 @@ func ParseAll(h http.Header, now time.Time) []Budget {
 }
 
 // draft03 reads RateLimit-Limit, -Remaining and -Reset. The limit may carry
-// quota policies after it ("100, 100;w=60"); the first one is the limit, and
-// a w parameter on it is its window.
+// quota policies ("100, 100;w=60", or "100;w=60" alone): the first value is
+// the limit, and a w parameter on a policy of that value is its window.
 func draft03(h http.Header, now time.Time) (Budget, bool) {
 	var b Budget
-	limit := h.Get("RateLimit-Limit")
-	if first, rest, _ := strings.Cut(limit, ","); first != "" {
-		if v, ok := number(first); ok && v > 0 {
+	for i, policy := range strings.Split(h.Get("RateLimit-Limit"), ",") {
+		quota, params, _ := strings.Cut(policy, ";")
+		v, ok := number(quota)
+		if i == 0 && ok && v > 0 {
 			b.Limit = v
 		}
-		// The quota policy that repeats the limit names its window.
-		for _, policy := range strings.Split(rest, ",") {
-			q, params, _ := strings.Cut(policy, ";")
-			if v, ok := number(q); !ok || v != b.Limit {
-				continue
-			}
-			for _, kv := range strings.Split(params, ";") {
-				if k, w, _ := strings.Cut(kv, "="); strings.TrimSpace(k) == "w" {
-					if s, ok := number(w); ok && s > 0 {
-						b.Window = seconds(s)
-					}
+		if !ok || v != b.Limit || b.Limit == 0 {
+			continue
+		}
+		for _, kv := range strings.Split(params, ";") {
+			if k, w, _ := strings.Cut(kv, "="); strings.TrimSpace(k) == "w" {
+				if s, ok := number(w); ok && s > 0 {
+					b.Window = seconds(s)
 				}
 			}
 		}

@@ -58,6 +58,11 @@ func TestParse(t *testing.T) {
 			want: Budget{Limit: 10, Remaining: 9, HasRemaining: true, Used: 0.1, Window: time.Second},
 		},
 		{
+			name: "draft-03 limit with its window alone",
+			h:    header("RateLimit-Limit", "100;w=60", "RateLimit-Remaining", "100"),
+			want: Budget{Limit: 100, Remaining: 100, HasRemaining: true, Window: time.Minute},
+		},
+		{
 			name: "draft-03 remaining alone",
 			h:    header("RateLimit-Remaining", "3"),
 			want: Budget{Remaining: 3, HasRemaining: true},
