@@ -41,7 +41,7 @@ func TestLimiterScenarioLimits(t *testing.T) {
 }
 
 func TestWindowFloor(t *testing.T) {
-	w := throttletest.Window{Quota: 1000, Window: 10 * time.Second}
+	w := throttletest.Window{Quota: 1000, Per: 10 * time.Second}
 	for n, want := range map[int]time.Duration{1: 0, 1000: 0, 1001: 10 * time.Second, 2000: 10 * time.Second, 2001: 20 * time.Second} {
 		assert.Equal(t, want, windowFloor(n, w), "n = %d", n)
 	}

@@ -137,7 +137,7 @@ var limiterScenarios = []scenario{
 		target: usersOnURL,
 		limit:  func(p params) time.Duration { return windowFloor(p.n, windowOf(p)) },
 		limitAbout: func(p params) string {
-			return fmt.Sprintf(" (window floor: %d requests at %d per %v)", p.n, windowOf(p).Quota, windowOf(p).Window)
+			return fmt.Sprintf(" (window floor: %d requests at %d per %v)", p.n, windowOf(p).Quota, windowOf(p).Per)
 		},
 	},
 	{
@@ -211,13 +211,13 @@ func orPanic[T any](v T, err error) T {
 // windowOf is the fixed window of scenario fixed-window: half the workload
 // per 10 s, so that it takes two windows whatever n is.
 func windowOf(p params) throttletest.Window {
-	return throttletest.Window{Quota: max(1, p.n/2), Window: 10 * time.Second}
+	return throttletest.Window{Quota: max(1, p.n/2), Per: 10 * time.Second}
 }
 
 // windowFloor is the start of the window in which the last of n requests
 // fits, when every window admits w.Quota: no client can finish earlier.
 func windowFloor(n int, w throttletest.Window) time.Duration {
-	return time.Duration((n+w.Quota-1)/w.Quota-1) * w.Window
+	return time.Duration((n+w.Quota-1)/w.Quota-1) * w.Per
 }
 
 // rateChangeLimit is the time a bucket of p.rate that runs at half the

@@ -53,10 +53,10 @@ func limiterShapes() []limiterShape {
 			return r
 		}, limit: 5 * time.Second, mostAttempts: 1.15, mostOver: 3},
 		{name: "fixed window of 1000 per 10 s", rule: func() throttletest.Rule {
-			return shapeRule(throttletest.FixedWindowLimiter(throttletest.Window{Quota: 1000, Window: 10 * time.Second}))
+			return shapeRule(throttletest.FixedWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
 		}, limit: 10 * time.Second, mostAttempts: 1.15, mostOver: 1.1},
 		{name: "sliding window of 1000 per 10 s", rule: func() throttletest.Rule {
-			return shapeRule(throttletest.SlidingWindowLimiter(throttletest.Window{Quota: 1000, Window: 10 * time.Second}))
+			return shapeRule(throttletest.SlidingWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
 		}, limit: 10 * time.Second, mostAttempts: 1.15, mostOver: 1.1},
 		{name: "rate halving at 1/3 and restoring at 2/3", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.ScheduledBucketLimiter(bucket,

@@ -12,7 +12,7 @@ import (
 // the current draft's RateLimit fields, answered in memory. Inside a
 // testing/synctest bubble the same Transport runs in virtual time.
 func ExampleNewTransport() {
-	window, err := throttletest.FixedWindowLimiter(throttletest.Window{Quota: 2, Window: time.Minute})
+	window, err := throttletest.FixedWindowLimiter(throttletest.Window{Quota: 2, Per: time.Minute})
 	if err != nil {
 		panic(err)
 	}

@@ -36,7 +36,7 @@ func obey(t *testing.T, c *http.Client, url, id string) (int, http.Header) {
 
 func TestTransportSimulatesAWindowInVirtualTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		window := must(FixedWindowLimiter(Window{Quota: 3, Window: 10 * time.Second}))
+		window := must(FixedWindowLimiter(Window{Quota: 3, Per: 10 * time.Second}))
 		tr, err := NewTransport(Config{Rules: []Rule{{Name: "w", Match: everything, Limiter: window, Announce: must(CurrentDraft("w"))}}}, 10*time.Millisecond)
 		require.NoError(t, err)
 		c := &http.Client{Transport: tr}

@@ -6,25 +6,25 @@ import (
 	"time"
 )
 
-// Window is a quota of requests per window of time, the other common
+// Window is a quota of requests per window of time (Per), the other common
 // shape of a server's limiter besides the token bucket. A fixed window
 // grants the whole quota again the moment the next window opens; a sliding
 // window admits a request when fewer than Quota were admitted in the
-// Window before it.
+// window of length Per before it.
 type Window struct {
 	// Quota is what the requests admitted in one window may cost in all.
 	Quota int
-	// Window is the length of a window; windows are counted from the
-	// first request the limiter sees.
-	Window time.Duration
+	// Per is the length of a window; windows are counted from the first
+	// request the limiter sees.
+	Per time.Duration
 }
 
 func (w Window) validate() error {
 	switch {
 	case w.Quota < 1:
 		return fmt.Errorf("throttletest: Window.Quota = %d must be at least 1", w.Quota)
-	case w.Window <= 0:
-		return fmt.Errorf("throttletest: Window.Window = %v must be positive", w.Window)
+	case w.Per <= 0:
+		return fmt.Errorf("throttletest: Window.Per = %v must be positive", w.Per)
 	}
 	return nil
 }
@@ -57,8 +57,8 @@ type fixedWindow struct {
 
 // roll moves to the window that holds now, releasing the quota.
 func (f *fixedWindow) roll(now time.Time) {
-	if elapsed := now.Sub(f.start); elapsed >= f.Window.Window {
-		f.start = f.start.Add(elapsed - elapsed%f.Window.Window)
+	if elapsed := now.Sub(f.start); elapsed >= f.Per {
+		f.start = f.start.Add(elapsed - elapsed%f.Per)
 		f.used = 0
 	}
 }
@@ -71,7 +71,7 @@ func (f *fixedWindow) Wait(now time.Time, cost float64) time.Duration {
 	if f.used == 0 || f.used+cost <= float64(f.Quota) {
 		return 0
 	}
-	return f.start.Add(f.Window.Window).Sub(now)
+	return f.start.Add(f.Per).Sub(now)
 }
 
 // Take counts cost in the current window.
@@ -85,7 +85,7 @@ func (f *fixedWindow) Take(now time.Time, cost float64) {
 func (f *fixedWindow) Budget(now time.Time) Budget {
 	f.roll(now)
 	return Budget{Limit: float64(f.Quota), Remaining: max(0, float64(f.Quota)-f.used),
-		Reset: f.start.Add(f.Window.Window).Sub(now), Window: f.Window.Window}
+		Reset: f.start.Add(f.Per).Sub(now), Window: f.Per}
 }
 
 // slidingWindow keeps the requests admitted in the last window, oldest
@@ -104,7 +104,7 @@ type admitted struct {
 // expire drops what left the window by now.
 func (s *slidingWindow) expire(now time.Time) {
 	i := 0
-	for i < len(s.log) && !now.Before(s.log[i].at.Add(s.Window.Window)) {
+	for i < len(s.log) && !now.Before(s.log[i].at.Add(s.Per)) {
 		s.used -= s.log[i].cost
 		i++
 	}
@@ -126,7 +126,7 @@ func (s *slidingWindow) Wait(now time.Time, cost float64) time.Duration {
 	}
 	for _, a := range s.log {
 		if free += a.cost; free >= need {
-			return a.at.Add(s.Window.Window).Sub(now)
+			return a.at.Add(s.Per).Sub(now)
 		}
 	}
 	return 0 // not reached: an empty window has room for the quota
@@ -143,9 +143,9 @@ func (s *slidingWindow) Take(now time.Time, cost float64) {
 // time until the oldest admitted request leaves it.
 func (s *slidingWindow) Budget(now time.Time) Budget {
 	s.expire(now)
-	b := Budget{Limit: float64(s.Quota), Remaining: max(0, float64(s.Quota)-s.used), Window: s.Window.Window}
+	b := Budget{Limit: float64(s.Quota), Remaining: max(0, float64(s.Quota)-s.used), Window: s.Per}
 	if len(s.log) > 0 {
-		b.Reset = s.log[0].at.Add(s.Window.Window).Sub(now)
+		b.Reset = s.log[0].at.Add(s.Per).Sub(now)
 	}
 	return b
 }

@@ -36,9 +36,9 @@ func runLimiterSteps(t *testing.T, l Limiter, t0 time.Time, steps []limiterStep)
 
 func TestLimiterShapes(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	fixed, err := FixedWindowLimiter(Window{Quota: 3, Window: 10 * time.Second})
+	fixed, err := FixedWindowLimiter(Window{Quota: 3, Per: 10 * time.Second})
 	require.NoError(t, err)
-	sliding, err := SlidingWindowLimiter(Window{Quota: 3, Window: 10 * time.Second})
+	sliding, err := SlidingWindowLimiter(Window{Quota: 3, Per: 10 * time.Second})
 	require.NoError(t, err)
 	halving, err := ScheduledBucketLimiter(Bucket{Rate: 10, Burst: 1},
 		RateStep{After: 10 * time.Second, Rate: 5}, RateStep{After: 20 * time.Second, Rate: 10})
@@ -96,9 +96,9 @@ func TestLimiterShapes(t *testing.T) {
 
 func TestLimiterBudgets(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
-	fixed, err := FixedWindowLimiter(Window{Quota: 4, Window: 10 * time.Second})
+	fixed, err := FixedWindowLimiter(Window{Quota: 4, Per: 10 * time.Second})
 	require.NoError(t, err)
-	sliding, err := SlidingWindowLimiter(Window{Quota: 4, Window: 10 * time.Second})
+	sliding, err := SlidingWindowLimiter(Window{Quota: 4, Per: 10 * time.Second})
 	require.NoError(t, err)
 	scheduled, err := ScheduledBucketLimiter(Bucket{Rate: 10, Burst: 4}, RateStep{After: time.Second, Rate: 2})
 	require.NoError(t, err)
@@ -144,8 +144,8 @@ func TestLimiterConstructorsRejectBadValues(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"window quota", second(FixedWindowLimiter(Window{Quota: 0, Window: time.Second})), "Window.Quota = 0"},
-		{"window length", second(SlidingWindowLimiter(Window{Quota: 1, Window: -time.Second})), "Window.Window = -1s"},
+		{"window quota", second(FixedWindowLimiter(Window{Quota: 0, Per: time.Second})), "Window.Quota = 0"},
+		{"window length", second(SlidingWindowLimiter(Window{Quota: 1, Per: -time.Second})), "Window.Per = -1s"},
 		{"schedule without rate", second(ScheduledBucketLimiter(Bucket{})), "Bucket.Rate = 0"},
 		{"schedule negative burst", second(ScheduledBucketLimiter(Bucket{Rate: 1, Burst: -1})), "Bucket.Burst = -1"},
 		{"step rate", second(ScheduledBucketLimiter(Bucket{Rate: 1}, RateStep{After: time.Second})), "RateStep[0].Rate = 0"},
@@ -202,7 +202,7 @@ func TestServerAnnouncesBudgets(t *testing.T) {
 			name: "current draft, a member per rule",
 			rules: []Rule{
 				{Name: "a", Match: everything, Limiter: bucket, Announce: must(CurrentDraft("burst"))},
-				{Name: "b", Match: everything, Limiter: must(FixedWindowLimiter(Window{Quota: 100, Window: time.Minute})), Announce: must(CurrentDraft("minute"))},
+				{Name: "b", Match: everything, Limiter: must(FixedWindowLimiter(Window{Quota: 100, Per: time.Minute})), Announce: must(CurrentDraft("minute"))},
 			},
 			requests: 1,
 			want: []http.Header{{

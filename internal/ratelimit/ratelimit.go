@@ -33,7 +33,9 @@ type Budget struct {
 	// Limit is the budget's quota per window, in the server's units.
 	Limit float64
 	// Remaining is what is left of the budget, in the same units.
-	Remaining    float64
+	Remaining float64
+	// HasRemaining reports that the server named Remaining; a zero
+	// Remaining without it says nothing.
 	HasRemaining bool
 	// Used is the fraction of the budget used: 1 is all of it, and Graph
 	// sends up to 1.8 when a client has gone past it. Set from Limit and

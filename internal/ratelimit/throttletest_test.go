@@ -21,7 +21,7 @@ func TestParseReadsWhatThrottletestAnnounces(t *testing.T) {
 	require.NoError(t, err)
 	graph, err := throttletest.GraphPercentage("Tenant_Application", 0)
 	require.NoError(t, err)
-	window, err := throttletest.FixedWindowLimiter(throttletest.Window{Quota: 4, Window: 10 * time.Second})
+	window, err := throttletest.FixedWindowLimiter(throttletest.Window{Quota: 4, Per: 10 * time.Second})
 	require.NoError(t, err)
 	tests := []struct {
 		name     string
