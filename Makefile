@@ -23,3 +23,4 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzRetryDelay$$' -fuzztime=$(FUZZTIME) ./middleware
 	$(GO) test -run='^$$' -fuzz='^FuzzValidate$$' -fuzztime=$(FUZZTIME) ./options
 	$(GO) test -run='^$$' -fuzz='^FuzzCompleter$$' -fuzztime=$(FUZZTIME) ./internal/batch
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/ratelimit

@@ -34,10 +34,12 @@ func writeTable(w io.Writer, g group, p params) {
 	limit := g.scenario.limit(p)
 	fmt.Fprintf(w, "### %s, %s\n\n", g.scenario.title, g.method)
 	fmt.Fprintf(w, "n=%d, c=%d, physical limit %s", p.n, p.c, secs(limit))
-	switch g.scenario.key {
-	case "b":
+	switch {
+	case g.scenario.limitAbout != nil:
+		fmt.Fprint(w, g.scenario.limitAbout(p))
+	case g.scenario.key == "b":
 		fmt.Fprintf(w, " (the outage)")
-	case "batch":
+	case g.scenario.batch:
 		fmt.Fprintf(w, " (%d items in batches of %d, at %g/s over %d mailboxes)", p.n, batchSize, p.rate, mailboxes)
 	default:
 		fmt.Fprintf(w, " (%d throttled requests at %g/s, burst %d)", throttledCount(g.scenario, p), p.rate, p.burst)

@@ -36,6 +36,10 @@ type Rule struct {
 	// the Retry-After value sent, in seconds. nil: whole seconds rounded
 	// up, at least 1, as Graph sends it.
 	RetryAfter func(wait time.Duration) int64
+	// Announce writes the budget of the request's limiter into the
+	// headers of every answer to a request the rule matches, when the
+	// limiter is a Budgeter. nil: the rule announces nothing.
+	Announce Announce
 }
 
 func (r Rule) validate(i int) error {

@@ -349,6 +349,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if a.requestID != "" {
 		w.Header().Set("request-id", a.requestID)
 	}
+	for k, v := range a.header {
+		w.Header()[k] = v
+	}
 	switch a.status {
 	case http.StatusServiceUnavailable:
 		w.WriteHeader(a.status)
@@ -383,6 +386,7 @@ type answer struct {
 	retryAfter int64  // seconds, for 429
 	rule       string // the budget that answered 429
 	requestID  string
+	header     http.Header // written by the rules' Announce
 }
 
 // account decides the answer to one attempt and records it, in one
@@ -416,7 +420,7 @@ func (s *Server) account(r *http.Request, host string, now time.Time, bad bool) 
 		if rec != nil {
 			rec.Unavailable++
 		}
-	case s.takeToken(now, r, &a):
+	case takeToken(s.rules, now, r, &a):
 		a.status = http.StatusTooManyRequests
 		s.stats.Throttled++
 		if s.stats.ThrottledBy == nil {
@@ -466,32 +470,51 @@ func (s *Server) record(id string, r *http.Request, host string, now time.Time) 
 // takeToken takes from every budget that applies to the request or, when
 // one of them cannot admit it, takes from none, sets a.retryAfter from the
 // longest wait and a.rule from the budget that named it, and reports true.
-func (s *Server) takeToken(now time.Time, r *http.Request, a *answer) bool {
+func takeToken(rules []*ruleState, now time.Time, r *http.Request, a *answer) bool {
 	type use struct {
+		rs   *ruleState
 		l    Limiter
 		cost float64
 	}
-	apply := make([]use, 0, len(s.rules))
+	apply := make([]use, 0, len(rules))
 	var wait time.Duration
 	var by *ruleState
-	for _, rs := range s.rules {
+	for _, rs := range rules {
 		l, cost := rs.applying(r, now)
 		if l == nil {
 			continue
 		}
-		apply = append(apply, use{l, cost})
+		apply = append(apply, use{rs, l, cost})
 		if w := l.Wait(now, cost); w > wait {
 			wait, by = w, rs
 		}
 	}
-	if wait > 0 {
+	refused := wait > 0
+	if refused {
 		a.retryAfter, a.rule = by.retryAfter(wait), by.Name
-		return true
+	} else {
+		for _, u := range apply {
+			u.l.Take(now, u.cost)
+		}
 	}
+	// After the take, so that an answer tells what is left after it.
 	for _, u := range apply {
-		u.l.Take(now, u.cost)
+		announce(u.rs, u.l, now, a)
 	}
-	return false
+	return refused
+}
+
+// announce writes the budget of limiter l under rule rs into a's headers,
+// when the rule announces and the limiter can tell its budget.
+func announce(rs *ruleState, l Limiter, now time.Time, a *answer) {
+	b, ok := l.(Budgeter)
+	if rs.Announce == nil || !ok {
+		return
+	}
+	if a.header == nil {
+		a.header = http.Header{}
+	}
+	rs.Announce(a.header, b.Budget(now))
 }
 
 func hostname(hostport string) string {

@@ -1,0 +1,160 @@
+package middleware_test
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	nethttplibrary "github.com/microsoft/kiota-http-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/middleware"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
+)
+
+// limiterShape is a server limiter of the benchmark's limiter scenarios,
+// for the workload of 2000 requests from 200 workers.
+type limiterShape struct {
+	name  string
+	rule  func() throttletest.Rule
+	limit time.Duration // the physical limit: no client can finish sooner
+	// most are the most attempts per request and time over the limit the
+	// handler may take today: a guard against regressions, to be lowered
+	// as pacing learns each shape.
+	mostAttempts, mostOver float64
+}
+
+func shapeRule(l func(string, time.Time) throttletest.Limiter, err error) throttletest.Rule {
+	if err != nil {
+		panic(err)
+	}
+	return throttletest.Rule{Name: "limit", Match: func(*http.Request) (string, bool) { return "", true }, Limiter: l}
+}
+
+func limiterShapes() []limiterShape {
+	const rate, burst = 400.0, 40
+	bucket := throttletest.Bucket{Rate: rate, Burst: burst}
+	rateChange := time.Duration(6 * float64(2000-burst) / (5 * rate) * float64(time.Second))
+	return []limiterShape{
+		{name: "Retry-After 3 s on a 40-token bucket at 400/s", rule: func() throttletest.Rule {
+			r := shapeRule(throttletest.BucketLimiter(bucket), nil)
+			ra, err := throttletest.FixedRetryAfter(3)
+			if err != nil {
+				panic(err)
+			}
+			r.RetryAfter = ra
+			return r
+		}, limit: 5 * time.Second, mostAttempts: 1.15, mostOver: 3},
+		{name: "fixed window of 1000 per 10 s", rule: func() throttletest.Rule {
+			return shapeRule(throttletest.FixedWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
+		}, limit: 10 * time.Second, mostAttempts: 1.15, mostOver: 1.1},
+		{name: "sliding window of 1000 per 10 s", rule: func() throttletest.Rule {
+			return shapeRule(throttletest.SlidingWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
+		}, limit: 10 * time.Second, mostAttempts: 1.15, mostOver: 1.1},
+		{name: "rate halving at 1/3 and restoring at 2/3", rule: func() throttletest.Rule {
+			return shapeRule(throttletest.ScheduledBucketLimiter(bucket,
+				throttletest.RateStep{After: rateChange / 3, Rate: rate / 2}, throttletest.RateStep{After: 2 * rateChange / 3, Rate: rate}))
+		}, limit: rateChange, mostAttempts: 1.15, mostOver: 2.1},
+		{name: "token bucket with draft-03 headers", rule: func() throttletest.Rule {
+			r := shapeRule(throttletest.BucketLimiter(bucket), nil)
+			a, err := throttletest.Draft03(0.8)
+			if err != nil {
+				panic(err)
+			}
+			r.Announce = a
+			return r
+		}, limit: 5 * time.Second, mostAttempts: 1.15, mostOver: 1.6},
+		{name: "token bucket with the current draft's headers", rule: func() throttletest.Rule {
+			r := shapeRule(throttletest.BucketLimiter(bucket), nil)
+			a, err := throttletest.CurrentDraft("default")
+			if err != nil {
+				panic(err)
+			}
+			r.Announce = a
+			return r
+		}, limit: 5 * time.Second, mostAttempts: 1.15, mostOver: 1.6},
+	}
+}
+
+type shapeResult struct {
+	attemptsPerRequest, timeOverLimit float64
+	failed, early                     int
+}
+
+// simulateShape sends 2000 requests from 200 workers through the default
+// handler to a server with rule, in virtual time, 2 ms a round trip.
+func simulateShape(t *testing.T, rule throttletest.Rule, limit time.Duration, method string) shapeResult {
+	const n, c = 2000, 200
+	var res shapeResult
+	synctest.Test(t, func(t *testing.T) {
+		srv, err := throttletest.NewTransport(throttletest.Config{Rules: []throttletest.Rule{rule}}, 2*time.Millisecond)
+		require.NoError(t, err)
+		h, err := middleware.NewRetryHandler(options.RetryHandlerOptions{})
+		require.NoError(t, err)
+		client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(srv, h)}
+		start := time.Now()
+		jobs := make(chan int)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for range c {
+			wg.Go(func() {
+				for i := range jobs {
+					url := "https://graph.test/v1.0/users"
+					if method == http.MethodGet {
+						url += "/" + strconv.Itoa(i)
+					}
+					req, _ := http.NewRequest(method, url, strings.NewReader(`{"displayName":"x"}`))
+					req.Header.Set(throttletest.HeaderRequestID, strconv.Itoa(i))
+					resp, err := client.Do(req)
+					failed := err != nil || resp.StatusCode >= 300
+					if resp != nil {
+						_ = resp.Body.Close()
+					}
+					if failed {
+						mu.Lock()
+						res.failed++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		for i := range n {
+			jobs <- i
+		}
+		close(jobs)
+		wg.Wait()
+		st := srv.Stats()
+		res.attemptsPerRequest = float64(st.Attempts) / n
+		res.timeOverLimit = time.Since(start).Seconds() / limit.Seconds()
+		res.early = st.Early
+	})
+	return res
+}
+
+// TestLimiterShapesSimulation runs the default handler against each
+// limiter shape a server may have, GET and POST.
+func TestLimiterShapesSimulation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates 2000 requests per case")
+	}
+	for _, sh := range limiterShapes() {
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			t.Run(fmt.Sprintf("%s, %s", sh.name, method), func(t *testing.T) {
+				res := simulateShape(t, sh.rule(), sh.limit, method)
+				t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d",
+					res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
+				assert.Zero(t, res.failed)
+				assert.Zero(t, res.early, "no retry before the server's Retry-After")
+				assert.LessOrEqual(t, res.attemptsPerRequest, sh.mostAttempts)
+				assert.LessOrEqual(t, res.timeOverLimit, sh.mostOver)
+			})
+		}
+	}
+}

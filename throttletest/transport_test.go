@@ -1,0 +1,114 @@
+package throttletest
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// obey sends GET url until it is not answered 429, waiting each
+// Retry-After, and returns the attempts and the last answer's headers.
+func obey(t *testing.T, c *http.Client, url, id string) (int, http.Header) {
+	t.Helper()
+	for attempts := 1; ; attempts++ {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		require.NoError(t, err)
+		req.Header.Set(HeaderRequestID, id)
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		if resp.StatusCode != http.StatusTooManyRequests {
+			return attempts, resp.Header
+		}
+		s, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		require.NoError(t, err)
+		time.Sleep(time.Duration(s) * time.Second) // virtual: inside a synctest bubble
+	}
+}
+
+func TestTransportSimulatesAWindowInVirtualTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		window := must(FixedWindowLimiter(Window{Quota: 3, Per: 10 * time.Second}))
+		tr, err := NewTransport(Config{Rules: []Rule{{Name: "w", Match: everything, Limiter: window, Announce: must(CurrentDraft("w"))}}}, 10*time.Millisecond)
+		require.NoError(t, err)
+		c := &http.Client{Transport: tr}
+		start := time.Now()
+		var attempts []int
+		var last http.Header
+		for i := range 7 {
+			n, h := obey(t, c, "https://graph.test/v1.0/users/1", strconv.Itoa(i))
+			attempts, last = append(attempts, n), h
+		}
+		// The window opens at the first arrival, 5 ms in; the 4th and 7th
+		// requests wait a 10 s Retry-After each, and every attempt takes
+		// 10 ms.
+		assert.Equal(t, 20*time.Second+90*time.Millisecond, time.Since(start))
+		assert.Equal(t, []int{1, 1, 1, 2, 1, 1, 2}, attempts)
+		assert.Equal(t, Stats{Attempts: 9, Requests: 7, OK: 7, Throttled: 2, ThrottledBy: map[string]int{"w": 2}}, tr.Stats())
+		// The last arrived at 20.085 s, in the window that opened at 20.005 s.
+		assert.Equal(t, []string{`"w";r=2;t=9.92`}, last.Values("RateLimit"))
+		assert.Len(t, tr.Completions(), 7)
+	})
+}
+
+func TestTransportCountsEarlyRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr, err := NewTransport(Config{Bucket: Bucket{Rate: 1, Burst: 1}}, 0)
+		require.NoError(t, err)
+		c := &http.Client{Transport: tr}
+		for range 3 { // the second and third come before the named second
+			req, err := http.NewRequest(http.MethodPost, "https://graph.test/v1.0/users", nil)
+			require.NoError(t, err)
+			req.Header.Set(HeaderRequestID, "r")
+			resp, err := c.Do(req)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+		}
+		assert.Equal(t, Stats{Attempts: 3, Requests: 1, OK: 1, Throttled: 2, Early: 1, ThrottledBy: map[string]int{"bucket": 2}}, tr.Stats())
+	})
+}
+
+func TestTransportEndsOnContextCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr, err := NewTransport(Config{}, time.Hour)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://graph.test/v1.0/users/1", nil)
+		require.NoError(t, err)
+		start := time.Now()
+		_, err = tr.RoundTrip(req)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, time.Second, time.Since(start))
+	})
+}
+
+func TestNewTransportRejects(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		latency time.Duration
+		want    string
+	}{
+		{"an invalid config", Config{Bucket: Bucket{Rate: -1}}, 0, "Config.Bucket.Rate = -1"},
+		{"hosts", Config{Hosts: []string{"127.0.0.1"}}, 0, "apply only to a Server"},
+		{"an outage", Config{Outage: time.Second}, 0, "apply only to a Server"},
+		{"failures", Config{FailureRate: 0.5}, 0, "apply only to a Server"},
+		{"a negative latency", Config{}, -time.Second, "latency = -1s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewTransport(tt.cfg, tt.latency)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
