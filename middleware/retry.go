@@ -199,6 +199,11 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.T
 			deadline, r.holdLimit = limit, stopTimeLimit
 		}
 	}
+	if d, ok := ctx.Deadline(); ok {
+		if limit := now.Add(time.Until(d)); limit.Before(deadline) {
+			deadline, r.holdLimit = limit, stopDeadline
+		}
+	}
 	var err error
 	switch q := r.queue(); {
 	case q != nil && !idle(r.hostState(false)):
@@ -339,6 +344,7 @@ const (
 	stopVetoed        = "vetoed by ShouldRetry"
 	stopElapsed       = "max elapsed"
 	stopTimeLimit     = "retries time limit"
+	stopDeadline      = "context deadline"
 )
 
 // classify returns "" when the attempt failed in a way worth retrying
@@ -399,6 +405,11 @@ func (r *run) retryDelay(req *http.Request, resp *http.Response, err error, n in
 	}
 	if l := r.limits.RetriesTimeLimit; l > 0 && exceeds(r.waited, delay, l) {
 		return 0, stopTimeLimit
+	}
+	// Waiting into the deadline would only trade the answer in hand for
+	// "context deadline exceeded".
+	if d, ok := req.Context().Deadline(); ok && delay > time.Until(d) {
+		return 0, stopDeadline
 	}
 	return delay, ""
 }
