@@ -99,6 +99,8 @@ func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, re
 			return nil, fmt.Errorf("retry handler: %s %s: per-request options: %w", req.Method, hostOf(req), err)
 		}
 		r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
+	} else if o := fromKiota(req, &h.opts); o != nil {
+		r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
 	}
 	r.body = newReplayer(req)
 	defer r.body.finish()
