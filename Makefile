@@ -1,10 +1,14 @@
 # The two commands a new user needs: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: test demo bench fuzz vet
+.PHONY: test demo bench fuzz vet floor
 
-test: vet
+test: vet floor
 	$(GO) test -race -count=1 ./...
+
+# A consumer declaring the oldest supported Go release keeps its go directive.
+floor:
+	./scripts/check-floor.sh
 
 vet:
 	$(GO) vet ./...
