@@ -361,6 +361,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, graphError{Error: graphErrorBody{Code: "invalidRequest", Message: msg}})
 	default:
+		if serveGraphCollection(w, r, a.status) {
+			return
+		}
 		w.WriteHeader(a.status)
 		id := lastSegment(r.URL.Path)
 		if a.requestID != "" && r.Method != http.MethodGet {
