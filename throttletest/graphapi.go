@@ -1,6 +1,9 @@
 package throttletest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -28,14 +31,38 @@ type graphPage struct {
 	Value    []graphUser `json:"value"`
 }
 
-// serveGraphCollection writes a successful GET of a /users collection as
-// Microsoft Graph pages it, and reports whether the request was one.
-// Other answers keep the server's single-object bodies, which Graph
-// clients read as a user (GET /me) or as the created item (POST).
-func serveGraphCollection(w http.ResponseWriter, r *http.Request, status int) bool {
-	if r.Method != http.MethodGet || !strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/users") {
+// serveGraph writes the successful answer to a request on a /users
+// collection below Graph's version roots (/v1.0, /beta) as Microsoft Graph
+// would, and reports whether the request was
+// one: a GET is answered a page, a POST the user it created, with the
+// display name and principal name of the JSON body it sent. Other answers
+// keep the server's single-object bodies, which Graph clients read as a
+// user (GET /me).
+func serveGraph(w http.ResponseWriter, r *http.Request, status int, body []byte) bool {
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	if !strings.HasSuffix(path, "/users") || !strings.HasPrefix(path, "/v1.0/") && !strings.HasPrefix(path, "/beta/") {
 		return false
 	}
+	switch r.Method {
+	case http.MethodGet:
+		servePage(w, r, status)
+		return true
+	case http.MethodPost:
+		var u graphUser
+		if json.Unmarshal(body, &u) != nil {
+			return false
+		}
+		sum := sha256.Sum256(body)
+		u.ID = "new-" + hex.EncodeToString(sum[:4])
+		w.WriteHeader(status)
+		writeJSON(w, u)
+		return true
+	}
+	return false
+}
+
+// servePage writes one page of the /users collection, from $skiptoken.
+func servePage(w http.ResponseWriter, r *http.Request, status int) {
 	q := r.URL.Query()
 	top, err := strconv.Atoi(q.Get("$top"))
 	if err != nil || top < 1 || top > 999 {
@@ -57,5 +84,4 @@ func serveGraphCollection(w http.ResponseWriter, r *http.Request, status int) bo
 	}
 	w.WriteHeader(status)
 	writeJSON(w, page)
-	return true
 }

@@ -14,20 +14,21 @@ import (
 func TestGraphUsersPaging(t *testing.T) {
 	tests := []struct {
 		name  string
-		first string // query of the first page
+		first string // path and query of the first page
 		pages []int  // users per page
 	}{
-		{"default page size", "", []int{10, 10, 5}},
-		{"$top", "?$top=7", []int{7, 7, 7, 4}},
-		{"one page", "?$top=999", []int{25}},
-		{"invalid $top takes the default", "?$top=0", []int{10, 10, 5}},
+		{"default page size", "/v1.0/users", []int{10, 10, 5}},
+		{"$top", "/v1.0/users?$top=7", []int{7, 7, 7, 4}},
+		{"one page", "/v1.0/users?$top=999", []int{25}},
+		{"invalid $top takes the default", "/v1.0/users?$top=0", []int{10, 10, 5}},
+		{"beta", "/beta/users", []int{10, 10, 5}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, Config{})
 			var sizes []int
 			var ids []string
-			next := h.srv.URL + "/v1.0/users" + tt.first
+			next := h.srv.URL + tt.first
 			for next != "" {
 				rep := h.do(http.MethodGet, next, "")
 				require.Equal(t, http.StatusOK, rep.status)
@@ -38,7 +39,7 @@ func TestGraphUsersPaging(t *testing.T) {
 					ids = append(ids, u.ID)
 				}
 				if page.NextLink != "" {
-					assert.True(t, strings.HasPrefix(page.NextLink, h.srv.URL+"/v1.0/users?"), page.NextLink)
+					assert.True(t, strings.HasPrefix(page.NextLink, h.srv.URL+strings.Split(tt.first, "?")[0]+"?"), page.NextLink)
 				}
 				next = page.NextLink
 			}
@@ -79,4 +80,21 @@ func TestGraphMe(t *testing.T) {
 	var u graphUser
 	require.NoError(t, json.Unmarshal([]byte(rep.body), &u))
 	assert.Equal(t, "me", u.ID)
+}
+
+func TestGraphUsersPost(t *testing.T) {
+	h := newHarness(t, Config{})
+	rep := h.do(http.MethodPost, h.srv.URL+"/v1.0/users", `{"displayName":"Ada Lovelace","userPrincipalName":"ada@example.com"}`)
+	require.Equal(t, http.StatusCreated, rep.status)
+	var u graphUser
+	require.NoError(t, json.Unmarshal([]byte(rep.body), &u))
+	assert.Equal(t, "Ada Lovelace", u.DisplayName)
+	assert.Equal(t, "ada@example.com", u.UserPrincipalName)
+	assert.True(t, strings.HasPrefix(u.ID, "new-"), u.ID)
+
+	for _, path := range []string{"/v1.0/users/x/sendMail", "/users"} {
+		other := h.do(http.MethodPost, h.srv.URL+path, `{"displayName":"x"}`)
+		assert.Equal(t, http.StatusCreated, other.status)
+		assert.Contains(t, other.body, `"sha256"`, "%s keeps the echo", path)
+	}
 }

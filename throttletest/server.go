@@ -361,7 +361,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, graphError{Error: graphErrorBody{Code: "invalidRequest", Message: msg}})
 	default:
-		if serveGraphCollection(w, r, a.status) {
+		if serveGraph(w, r, a.status, body) {
 			return
 		}
 		w.WriteHeader(a.status)
