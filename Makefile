@@ -21,8 +21,9 @@ floor:
 vet:
 	$(GO) vet ./...
 
+# Flags through ARGS, e.g. make demo ARGS="-queue=false -n 1000".
 demo:
-	$(GO) run ./cmd/demo
+	$(GO) run ./cmd/demo $(ARGS)
 
 bench:
 	cd bench && $(GO) run . -out .
