@@ -2,16 +2,21 @@
 // keeps msgraph-sdk-go-core's Graph handlers and kiota-http-go's defaults,
 // with middleware.RetryHandler in place of kiota-http-go's retry handler.
 //
-// A Graph user switches by building the request adapter on this client:
+// A Graph user switches by building the request adapter here instead of
+// with msgraphsdk.NewGraphRequestAdapter:
 //
-//	client, err := graph.NewClient()
-//	adapter, err := msgraphsdk.NewGraphRequestAdapterWithParseNodeFactoryAndSerializationWriterFactoryAndHttpClient(auth, nil, nil, client)
-//	graphClient := msgraphsdk.NewGraphServiceClient(adapter)
+//	adapter, err := graph.NewRequestAdapter(auth, graph.WithClientOptions(msgraphsdk.GetDefaultClientOptions()))
+//	client := msgraphsdk.NewGraphServiceClient(adapter)
+//
+// or by passing NewClient's client to msgraph-sdk-go's
+// NewGraphRequestAdapterWithParseNodeFactoryAndSerializationWriterFactoryAndHttpClient.
 package graph
 
 import (
+	"fmt"
 	"net/http"
 
+	absauth "github.com/microsoft/kiota-abstractions-go/authentication"
 	nethttplibrary "github.com/microsoft/kiota-http-go"
 	msgraphgocore "github.com/microsoftgraph/msgraph-sdk-go-core"
 
@@ -51,4 +56,20 @@ func Middlewares(o msgraphgocore.GraphClientOptions) []nethttplibrary.Middleware
 // GraphClientOptions, which names msgraph-sdk-go-core alone.
 func WithClientOptions(o msgraphgocore.GraphClientOptions) pipeline.Option {
 	return pipeline.WithOuterMiddlewares(Middlewares(o)...)
+}
+
+// NewRequestAdapter returns a Graph request adapter that sends through
+// NewClient(opts...), for msgraphsdk.NewGraphServiceClient. It is what
+// msgraphsdk.NewGraphRequestAdapter builds, on this module's client.
+func NewRequestAdapter(auth absauth.AuthenticationProvider, opts ...pipeline.Option) (*msgraphgocore.GraphRequestAdapterBase, error) {
+	client, err := NewClient(opts...)
+	if err != nil {
+		return nil, err
+	}
+	adapter, err := msgraphgocore.NewGraphRequestAdapterBaseWithParseNodeFactoryAndSerializationWriterFactoryAndHttpClient(
+		auth, msgraphgocore.GraphClientOptions{}, nil, nil, client)
+	if err != nil {
+		return nil, fmt.Errorf("graph.NewRequestAdapter: %w", err)
+	}
+	return adapter, nil
 }

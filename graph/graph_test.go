@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	abstractions "github.com/microsoft/kiota-abstractions-go"
+	"github.com/microsoft/kiota-abstractions-go/authentication"
 	nethttplibrary "github.com/microsoft/kiota-http-go"
 	msgraphgocore "github.com/microsoftgraph/msgraph-sdk-go-core"
 	"github.com/stretchr/testify/assert"
@@ -161,4 +163,24 @@ func mustHandler(t *testing.T) *middleware.RetryHandler {
 	h, err := middleware.NewRetryHandler(options.RetryHandlerOptions{})
 	require.NoError(t, err)
 	return h
+}
+
+func TestNewRequestAdapter(t *testing.T) {
+	srv := newGraphServer(t, http.StatusTooManyRequests)
+	adapter, err := graph.NewRequestAdapter(&authentication.AnonymousAuthenticationProvider{},
+		graph.WithClientOptions(msgraphgocore.GraphClientOptions{GraphServiceLibraryVersion: "1.89.0"}),
+		pipeline.WithTransport(srv.Client().Transport))
+	require.NoError(t, err)
+	adapter.SetBaseUrl(srv.URL + "/v1.0")
+	info := abstractions.NewRequestInformationWithMethodAndUrlTemplateAndPathParameters(abstractions.GET, "{+baseurl}/users/me-token-to-replace", map[string]string{})
+	require.NoError(t, adapter.SendNoContent(context.Background(), info, nil))
+	got := srv.seen()
+	require.Len(t, got, 2, "the 429 is retried")
+	for _, a := range got {
+		assert.Equal(t, "/v1.0/me", a.path)
+		assert.True(t, strings.HasPrefix(a.sdkVersion, "graph-go/1.89.0, graph-go-core/"), a.sdkVersion)
+	}
+
+	_, err = graph.NewRequestAdapter(&authentication.AnonymousAuthenticationProvider{}, pipeline.WithMiddlewares(nethttplibrary.NewRetryHandler()))
+	require.ErrorIs(t, err, pipeline.ErrConflict)
 }

@@ -20,9 +20,9 @@ import (
 	"github.com/microsoft/kiota-abstractions-go/authentication"
 	nethttplibrary "github.com/microsoft/kiota-http-go"
 	msgraphsdk "github.com/microsoftgraph/msgraph-sdk-go"
+	msgraphgocore "github.com/microsoftgraph/msgraph-sdk-go-core"
 	"github.com/microsoftgraph/msgraph-sdk-go/models"
 	"github.com/microsoftgraph/msgraph-sdk-go/users"
-	msgraphgocore "github.com/microsoftgraph/msgraph-sdk-go-core"
 
 	"github.com/kiota-resilience/kiota-resilience-go/graph"
 	"github.com/kiota-resilience/kiota-resilience-go/options"

@@ -13,11 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/microsoft/kiota-abstractions-go/authentication"
+	msgraphsdk "github.com/microsoftgraph/msgraph-sdk-go"
 	msgraphgocore "github.com/microsoftgraph/msgraph-sdk-go-core"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/kiota-resilience/kiota-resilience-go/graph"
 	"github.com/kiota-resilience/kiota-resilience-go/pipeline"
 	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
 )
@@ -175,4 +178,19 @@ func TestRunTimeoutReturnsTheThrottle(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, status(t, err))
 	assert.Less(t, time.Since(start), time.Minute, "not waited for")
 	assert.Len(t, api.seen(isPath("/v1.0/me")), 1)
+}
+
+// The one-line switch: graph.NewRequestAdapter in place of
+// msgraphsdk.NewGraphRequestAdapter.
+func TestNewRequestAdapterServesGraphServiceClient(t *testing.T) {
+	api := newGraphAPI(t, "1", func(a seen, earlier []seen) bool { return len(earlier) == 0 })
+	adapter, err := graph.NewRequestAdapter(&authentication.AnonymousAuthenticationProvider{}, graph.WithClientOptions(msgraphsdk.GetDefaultClientOptions()))
+	require.NoError(t, err)
+	adapter.SetBaseUrl(api.URL + "/v1.0")
+	me, err := msgraphsdk.NewGraphServiceClient(adapter).Me().Get(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, "User me", deref(me.GetDisplayName()))
+	got := api.seen(isPath("/v1.0/me"))
+	require.Len(t, got, 2, "the 429 is retried")
+	assert.True(t, strings.HasPrefix(got[1].sdkVersion, "graph-go/1.89.0, "), got[1].sdkVersion)
 }
