@@ -200,7 +200,8 @@ func NewClient(opts ...Option) (*http.Client, error) {
 }
 
 // NewRequestAdapter returns a Kiota request adapter that sends through
-// NewClient(opts...), ready for a generated client such as Microsoft Graph's.
+// NewClient(opts...), ready for a Kiota-generated client. Microsoft Graph's
+// client needs Graph's own handlers too: use graph.NewRequestAdapter.
 func NewRequestAdapter(auth absauth.AuthenticationProvider, opts ...Option) (*nethttplibrary.NetHttpRequestAdapter, error) {
 	client, err := NewClient(opts...)
 	if err != nil {
