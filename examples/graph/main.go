@@ -79,7 +79,9 @@ func outcome(err error) string {
 // built by graph.NewClient(opts...).
 func run(ctx context.Context, baseURL string, opts ...pipeline.Option) (report, error) {
 	var r report
-	// The switch to this module: three lines.
+	// The client msgraph-sdk-go would build, with this module's retry
+	// handler; graph.NewRequestAdapter(auth, opts...) does the same in one
+	// call.
 	client, err := graph.NewClient(append([]pipeline.Option{graph.WithClientOptions(msgraphsdk.GetDefaultClientOptions())}, opts...)...)
 	if err != nil {
 		return r, err
