@@ -21,6 +21,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kiota-resilience/kiota-resilience-go/graph"
+	"github.com/kiota-resilience/kiota-resilience-go/middleware"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/pipeline"
 	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
 )
@@ -160,12 +162,31 @@ func TestRun(t *testing.T) {
 	})
 }
 
-// Passing msgraph-sdk-go-core's default handlers would put kiota-http-go's
-// retry handler in the chain beside this one.
-func TestRunRejectsASecondRetryHandler(t *testing.T) {
-	_, err := run(context.Background(), "http://127.0.0.1:1",
-		pipeline.WithMiddlewares(msgraphgocore.GetDefaultMiddlewaresWithOptions(&msgraphgocore.GraphClientOptions{})...))
-	require.ErrorIs(t, err, pipeline.ErrConflict)
+// A chain holds one retry handler: msgraph-sdk-go-core's defaults would
+// add kiota-http-go's beside this one, and retry options beside a handler
+// would be silently dropped.
+func TestRunRejectsConflicts(t *testing.T) {
+	handler, err := middleware.NewRetryHandler(options.RetryHandlerOptions{})
+	require.NoError(t, err)
+	tests := []struct {
+		name string
+		opts []pipeline.Option
+		want string
+	}{
+		{"msgraph-sdk-go-core's defaults", []pipeline.Option{
+			pipeline.WithMiddlewares(msgraphgocore.GetDefaultMiddlewaresWithOptions(&msgraphgocore.GraphClientOptions{})...),
+		}, "*nethttplibrary.RetryHandler"},
+		{"retry options and a handler", []pipeline.Option{
+			pipeline.WithRetryOptions(options.RetryHandlerOptions{MaxRetries: 2}), pipeline.WithRetryHandler(handler),
+		}, "both WithRetryOptions and WithRetryHandler"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := run(context.Background(), "http://127.0.0.1:1", tt.opts...)
+			require.ErrorIs(t, err, pipeline.ErrConflict)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
 }
 
 // A client whose Timeout the server's Retry-After outlasts gets the 429 at
