@@ -36,7 +36,8 @@ import (
 //
 // opts configure it as they do pipeline.NewClient (WithClientOptions sets
 // the telemetry's library version); it returns the same errors, a second
-// retry handler among them.
+// retry handler among them. pipeline.WithOuterMiddlewares replaces the
+// Graph handlers: include Middlewares(o) in its list to keep them.
 func NewClient(opts ...pipeline.Option) (*http.Client, error) {
 	return pipeline.NewClient(append([]pipeline.Option{WithClientOptions(msgraphgocore.GraphClientOptions{})}, opts...)...)
 }
