@@ -213,6 +213,8 @@ func stopAttribute(why string) string {
 		return observability.StopMaxElapsed
 	case stopTimeLimit:
 		return observability.StopRetriesTimeLimit
+	case stopDeadline:
+		return observability.StopDeadline
 	case stopForwardOnly:
 		return observability.StopForwardOnlyBody
 	case stopPolicy:

@@ -448,6 +448,7 @@ func TestTraceGivenUp(t *testing.T) {
 		waits   []time.Duration
 		want    map[string]any // nil: no given-up event
 		wantErr bool
+		timeout time.Duration // > 0: the request context's deadline, in real time
 	}{
 		{name: "max retries", opts: options.RetryHandlerOptions{MaxRetries: 1}, steps: []step{{status: 503}}, waits: []time.Duration{time.Second},
 			want: map[string]any{keyStopReason: "max_retries", keyResendCount: int64(1), keyStatusCode: int64(503)}},
@@ -459,6 +460,8 @@ func TestTraceGivenUp(t *testing.T) {
 			steps: []step{{status: 429, retryAfter: "5"}}, want: map[string]any{keyStopReason: "retries_time_limit", keyResendCount: int64(0), keyStatusCode: int64(429)}},
 		{name: "max elapsed", opts: options.RetryHandlerOptions{MaxElapsed: 4 * time.Second},
 			steps: []step{{status: 429, retryAfter: "5"}}, want: map[string]any{keyStopReason: "max_elapsed", keyResendCount: int64(0), keyStatusCode: int64(429)}},
+		{name: "deadline", timeout: 5 * time.Minute,
+			steps: []step{{status: 429, retryAfter: "600"}}, want: map[string]any{keyStopReason: "deadline", keyResendCount: int64(0), keyStatusCode: int64(429)}},
 		{name: "forward-only body", method: http.MethodPost, body: forwardOnly,
 			steps: []step{{status: 503}}, want: map[string]any{keyStopReason: "forward_only_body", keyResendCount: int64(0), keyStatusCode: int64(503)}},
 		{name: "not idempotent", method: http.MethodPost, steps: []step{{err: errors.New("connection reset")}}, wantErr: true,
@@ -480,7 +483,13 @@ func TestTraceGivenUp(t *testing.T) {
 			if tt.body != nil {
 				body = tt.body()
 			}
-			res := tel.intercept(t, h, &script{steps: tt.steps}, request(t, context.Background(), method, "https://graph.example/v1.0/me", body, true, false), tt.waits...)
+			ctx := context.Background()
+			if tt.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+				defer cancel()
+			}
+			res := tel.intercept(t, h, &script{steps: tt.steps}, request(t, ctx, method, "https://graph.example/v1.0/me", body, true, false), tt.waits...)
 			root := tel.ended(t)[spanIntercept]
 			require.NotNil(t, root)
 			if tt.want == nil {
@@ -528,7 +537,7 @@ func TestTraceEUII(t *testing.T) {
 				}
 				assert.Equal(t, tt.want, got, name)
 				for _, a := range s.Attributes() {
-					assert.NotContains(t, a.Value.String(), "secret", "%s: %s", name, a.Key)
+					assert.NotContains(t, a.Value.Emit(), "secret", "%s: %s", name, a.Key)
 				}
 			}
 		})

@@ -99,6 +99,8 @@ func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, re
 			return nil, fmt.Errorf("retry handler: %s %s: per-request options: %w", req.Method, hostOf(req), err)
 		}
 		r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
+	} else if o := fromKiota(req, &h.opts); o != nil {
+		r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
 	}
 	r.body = newReplayer(req)
 	defer r.body.finish()
@@ -201,6 +203,11 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.T
 	if l := r.limits.RetriesTimeLimit; l > 0 && retry > 0 {
 		if limit := now.Add(l - r.waited); limit.Before(deadline) {
 			deadline, r.holdLimit = limit, stopTimeLimit
+		}
+	}
+	if d, ok := ctx.Deadline(); ok {
+		if limit := now.Add(time.Until(d)); limit.Before(deadline) {
+			deadline, r.holdLimit = limit, stopDeadline
 		}
 	}
 	var err error
@@ -345,6 +352,7 @@ const (
 	stopVetoed        = "vetoed by ShouldRetry"
 	stopElapsed       = "max elapsed"
 	stopTimeLimit     = "retries time limit"
+	stopDeadline      = "context deadline"
 )
 
 // classify returns "" when the attempt failed in a way worth retrying
@@ -405,6 +413,11 @@ func (r *run) retryDelay(req *http.Request, resp *http.Response, err error, n in
 	}
 	if l := r.limits.RetriesTimeLimit; l > 0 && exceeds(r.waited, delay, l) {
 		return 0, stopTimeLimit
+	}
+	// Waiting into the deadline would only trade the answer in hand for
+	// "context deadline exceeded".
+	if d, ok := req.Context().Deadline(); ok && delay > time.Until(d) {
+		return 0, stopDeadline
 	}
 	return delay, ""
 }

@@ -318,9 +318,10 @@ func TestRetryHandler_CancelDuringWait(t *testing.T) {
 		want error
 	}{
 		{"cancel", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }, context.Canceled},
-		{"deadline", func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), 20*time.Millisecond)
-		}, context.DeadlineExceeded},
+		{"cause", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancelCause(context.Background())
+			return ctx, func() { cancel(errShutdown) }
+		}, errShutdown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -338,15 +339,78 @@ func TestRetryHandler_CancelDuringWait(t *testing.T) {
 				done <- err
 			}()
 			assert.Equal(t, 60*time.Second, <-clk.Created())
-			if tt.want == context.Canceled {
-				cancel()
-			}
+			cancel()
 			err := <-done
 			require.ErrorIs(t, err, tt.want)
 			assert.Empty(t, clk.Pending(), "the wait's timer is stopped")
 			assert.Len(t, srv.attempts(), 1)
 		})
 	}
+}
+
+// A retry that would start after the request's deadline is not waited for:
+// the caller gets the response in hand rather than a deadline error.
+func TestRetryHandler_Deadline(t *testing.T) {
+	tests := []struct {
+		name     string
+		timeout  time.Duration // of the request's context
+		client   time.Duration // http.Client.Timeout
+		backoff  time.Duration // the policy's delay
+		replies  []reply
+		attempts int
+		waits    []time.Duration
+		status   int
+	}{
+		{"Retry-After past the context's deadline", 5 * time.Minute, 0, time.Second, []reply{throttled("600")}, 1, nil, 429},
+		{"Retry-After past the client's Timeout", 0, 5 * time.Minute, time.Second, []reply{throttled("600")}, 1, nil, 429},
+		{"backoff past the deadline", 5 * time.Minute, 0, 10 * time.Minute, []reply{{status: 503, body: "slow down"}}, 1, nil, 503},
+		{"a retry within the deadline is made", 5 * time.Minute, 0, time.Second, []reply{throttled("60")}, 2, secs(60), 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, tt.replies...)
+			h, clk := newHandler(t, options.RetryHandlerOptions{Policy: fixedPolicy(3, tt.backoff)})
+			ctx := context.Background()
+			if tt.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+				defer cancel()
+			}
+			client := newClient(t, h)
+			client.Timeout = tt.client
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+			res, waits := do(clk, client, req)
+			require.NoError(t, res.err)
+			assert.Equal(t, tt.status, res.resp.StatusCode)
+			assert.Len(t, srv.attempts(), tt.attempts)
+			assert.Equal(t, tt.waits, waits)
+			if tt.status != 200 {
+				assert.Equal(t, "slow down", res.body, "the last response reaches the caller whole")
+			}
+		})
+	}
+}
+
+// A throttle that would hold a retry past the deadline gives the caller
+// its own last response at once.
+func TestRetryHandler_HeldPastDeadlineReturnsLastResponse(t *testing.T) {
+	srv := newScripted(t, throttled("600"), reply{status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": "1"}, body: "own"})
+	h, clk := newHandler(t, options.RetryHandlerOptions{})
+	client := newClient(t, h)
+	optOut := context.WithValue(context.Background(), options.Key(), &options.RetryHandlerOptions{MaxRetries: -1})
+	first, _ := http.NewRequestWithContext(optOut, http.MethodGet, srv.URL+"/v1.0/me", nil)
+	res, _ := do(clk, client, first)
+	require.NoError(t, res.err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	second, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1.0/me", nil)
+	res, waits := do(clk, client, second)
+	require.NoError(t, res.err)
+	assert.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode)
+	assert.Equal(t, "own", res.body)
+	assert.Empty(t, waits, "neither the first attempt nor the retry is held into the deadline")
+	assert.Len(t, srv.attempts(), 2)
 }
 
 func TestRetryHandler_CanceledBeforeFirstAttempt(t *testing.T) {

@@ -104,6 +104,10 @@ const (
 	// StopRetriesTimeLimit: the time waited plus the next delay would
 	// exceed RetriesTimeLimit.
 	StopRetriesTimeLimit = "retries_time_limit"
+	// StopDeadline: the next retry would start after the request context's
+	// deadline (an http.Client's Timeout included), so the last response
+	// is returned at once instead of a deadline error.
+	StopDeadline = "deadline"
 	// StopForwardOnlyBody: the request body cannot be sent again.
 	StopForwardOnlyBody = "forward_only_body"
 	// StopPolicy: the retry policy declined another retry.

@@ -48,17 +48,24 @@ func Middlewares(retry *middleware.RetryHandler) []nethttplibrary.Middleware {
 type Option func(*config) error
 
 type config struct {
-	retryOpts   options.RetryHandlerOptions
-	retry       *middleware.RetryHandler
-	transport   http.RoundTripper
-	timeout     time.Duration
-	middlewares []nethttplibrary.Middleware
+	retryOpts    options.RetryHandlerOptions
+	retryOptsSet bool
+	retry        *middleware.RetryHandler
+	transport    http.RoundTripper
+	timeout      time.Duration
+	outer        []nethttplibrary.Middleware
+	middlewares  []nethttplibrary.Middleware
 }
+
+// ErrConflict is wrapped by the error NewClient returns for options that
+// contradict each other, such as a second retry handler in the chain.
+var ErrConflict = errors.New("conflicting pipeline options")
 
 // WithRetryOptions configures the retry handler the client builds.
 // Default: the zero RetryHandlerOptions, that is every documented default.
+// It cannot be combined with WithRetryHandler, whose handler has its own.
 func WithRetryOptions(o options.RetryHandlerOptions) Option {
-	return func(c *config) error { c.retryOpts = o; return nil }
+	return func(c *config) error { c.retryOpts, c.retryOptsSet = o, true; return nil }
 }
 
 // WithRetryHandler uses h instead of building a handler, so that several
@@ -98,9 +105,46 @@ func WithTimeout(d time.Duration) Option {
 }
 
 // WithMiddlewares replaces the handlers that follow the retry handler
-// (default: the rest of Middlewares' list), for a chain of one's own.
+// (default: the rest of Middlewares' list), for a chain of one's own. The
+// list must not hold a retry handler: two in one chain multiply each
+// other's attempts.
 func WithMiddlewares(m ...nethttplibrary.Middleware) Option {
-	return func(c *config) error { c.middlewares = m; return nil }
+	return func(c *config) error {
+		if err := checkMiddlewares("pipeline.WithMiddlewares", m); err != nil {
+			return err
+		}
+		c.middlewares = m
+		return nil
+	}
+}
+
+// WithOuterMiddlewares replaces the handlers that run before the retry
+// handler, once per request whatever retries follow, such as handlers that
+// rewrite the URL or stamp a request id every attempt must share. Default:
+// none for NewClient; graph.NewClient sets Microsoft Graph's. The list must
+// not hold a retry handler.
+func WithOuterMiddlewares(m ...nethttplibrary.Middleware) Option {
+	return func(c *config) error {
+		if err := checkMiddlewares("pipeline.WithOuterMiddlewares", m); err != nil {
+			return err
+		}
+		c.outer = m
+		return nil
+	}
+}
+
+// checkMiddlewares rejects nil handlers and retry handlers, ours or
+// kiota-http-go's, which would retry each of the chain's retries.
+func checkMiddlewares(op string, m []nethttplibrary.Middleware) error {
+	for i, h := range m {
+		switch h.(type) {
+		case nil:
+			return fmt.Errorf("%s: handler %d is nil", op, i)
+		case *middleware.RetryHandler, *nethttplibrary.RetryHandler, nethttplibrary.RetryHandler:
+			return fmt.Errorf("%w: %s: handler %d is a %T, but the chain already has its retry handler (set it with WithRetryHandler or WithRetryOptions)", ErrConflict, op, i, h)
+		}
+	}
+	return nil
 }
 
 func newConfig(opts []Option) (*config, error) {
@@ -109,6 +153,9 @@ func newConfig(opts []Option) (*config, error) {
 		if err := o(c); err != nil {
 			return nil, err
 		}
+	}
+	if c.retryOptsSet && c.retry != nil {
+		return nil, fmt.Errorf("%w: pipeline: both WithRetryOptions and WithRetryHandler given; the handler's own options would silently win (pass the options to middleware.NewRetryHandler instead)", ErrConflict)
 	}
 	if c.retry == nil {
 		h, err := middleware.NewRetryHandler(c.retryOpts)
@@ -124,16 +171,22 @@ func newConfig(opts []Option) (*config, error) {
 }
 
 func (c *config) chain() []nethttplibrary.Middleware {
-	if c.middlewares == nil {
-		return Middlewares(c.retry)
+	inner := c.middlewares
+	if inner == nil {
+		inner = Middlewares(c.retry)[1:]
 	}
-	return append([]nethttplibrary.Middleware{c.retry}, c.middlewares...)
+	chain := make([]nethttplibrary.Middleware, 0, len(c.outer)+1+len(inner))
+	chain = append(chain, c.outer...)
+	chain = append(chain, c.retry)
+	return append(chain, inner...)
 }
 
 // NewClient returns an *http.Client whose transport runs the chain of
 // Middlewares. Like kiota-http-go's default client it does not follow
 // redirects itself (the redirect handler does) and times out after
-// DefaultTimeout.
+// DefaultTimeout. It returns an error wrapping ErrConflict, naming the
+// conflict, when a handler list holds another retry handler or when both
+// WithRetryOptions and WithRetryHandler are given.
 func NewClient(opts ...Option) (*http.Client, error) {
 	c, err := newConfig(opts)
 	if err != nil {
@@ -147,7 +200,8 @@ func NewClient(opts ...Option) (*http.Client, error) {
 }
 
 // NewRequestAdapter returns a Kiota request adapter that sends through
-// NewClient(opts...), ready for a generated client such as Microsoft Graph's.
+// NewClient(opts...), ready for a Kiota-generated client. Microsoft Graph's
+// client needs Graph's own handlers too: use graph.NewRequestAdapter.
 func NewRequestAdapter(auth absauth.AuthenticationProvider, opts ...Option) (*nethttplibrary.NetHttpRequestAdapter, error) {
 	client, err := NewClient(opts...)
 	if err != nil {

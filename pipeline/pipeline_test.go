@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -183,4 +184,73 @@ func TestNewClient_RejectsBadOptions(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.want)
 		})
 	}
+}
+
+func TestNewClient_RejectsConflicts(t *testing.T) {
+	ours, err := middleware.NewRetryHandler(options.RetryHandlerOptions{})
+	require.NoError(t, err)
+	kiota := nethttplibrary.NewRetryHandler()
+	tests := []struct {
+		name string
+		opts []pipeline.Option
+		want string
+	}{
+		{"kiota's retry handler in WithMiddlewares", []pipeline.Option{pipeline.WithMiddlewares(nethttplibrary.NewRedirectHandler(), kiota)},
+			"WithMiddlewares: handler 1 is a *nethttplibrary.RetryHandler"},
+		{"kiota's defaults in WithMiddlewares", []pipeline.Option{pipeline.WithMiddlewares(nethttplibrary.GetDefaultMiddlewares()...)},
+			"*nethttplibrary.RetryHandler"},
+		{"our retry handler in WithMiddlewares", []pipeline.Option{pipeline.WithMiddlewares(ours)},
+			"WithMiddlewares: handler 0 is a *middleware.RetryHandler"},
+		{"a retry handler in WithOuterMiddlewares", []pipeline.Option{pipeline.WithOuterMiddlewares(kiota)},
+			"WithOuterMiddlewares: handler 0 is a *nethttplibrary.RetryHandler"},
+		{"options and handler", []pipeline.Option{pipeline.WithRetryOptions(options.RetryHandlerOptions{MaxRetries: 2}), pipeline.WithRetryHandler(ours)},
+			"both WithRetryOptions and WithRetryHandler"},
+		{"handler and options", []pipeline.Option{pipeline.WithRetryHandler(ours), pipeline.WithRetryOptions(options.RetryHandlerOptions{})},
+			"both WithRetryOptions and WithRetryHandler"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := pipeline.NewClient(tt.opts...)
+			assert.Nil(t, c)
+			require.ErrorIs(t, err, pipeline.ErrConflict)
+			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestNewClient_NilMiddleware(t *testing.T) {
+	_, err := pipeline.NewClient(pipeline.WithMiddlewares(nethttplibrary.NewRedirectHandler(), nil))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "handler 1 is nil")
+}
+
+// outerMark adds a header to the caller's request, once, before the retry
+// handler copies it for each attempt.
+type outerMark struct{ calls int }
+
+func (o *outerMark) Intercept(p nethttplibrary.Pipeline, i int, req *http.Request) (*http.Response, error) {
+	o.calls++
+	req.Header.Set("X-Outer", strconv.Itoa(o.calls))
+	return p.Next(req, i)
+}
+
+func TestNewClient_OuterMiddlewaresRunOncePerRequest(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("X-Outer"))
+		if len(got) == 1 {
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	mark := &outerMark{}
+	c, err := pipeline.NewClient(pipeline.WithTransport(srv.Client().Transport), pipeline.WithOuterMiddlewares(mark),
+		pipeline.WithRetryOptions(options.RetryHandlerOptions{Policy: options.Fixed{Retries: 1, Interval: time.Nanosecond}}))
+	require.NoError(t, err)
+	resp, err := c.Get(srv.URL)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, []string{"1", "1"}, got, "both attempts carry the one mark")
 }

@@ -368,6 +368,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, graphError{Error: graphErrorBody{Code: "invalidRequest", Message: msg}})
 	default:
+		if serveGraph(w, r, a.status, body) {
+			return
+		}
 		w.WriteHeader(a.status)
 		id := lastSegment(r.URL.Path)
 		if a.requestID != "" && r.Method != http.MethodGet {

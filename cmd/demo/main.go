@@ -57,7 +57,7 @@ func main() {
 	flag.Float64Var(&cfg.failures, "failures", 0.01, "share of requests the server answers 503 without Retry-After")
 	flag.IntVar(&cfg.postEvery, "post-every", 3, "every how many requests one is a POST (1: all, 0: none)")
 	flag.BoolVar(&cfg.queue, "queue", true, "hold requests to throttled targets in the throttle-aware queue")
-	flag.DurationVar(&cfg.timeout, "timeout", 2*time.Minute, "give up on the whole run after this long")
+	flag.DurationVar(&cfg.timeout, "timeout", 0, "give up on the whole run after this long; 0: never, so that a slow run (-queue=false) still finishes")
 	flag.DurationVar(&cfg.progressTick, "progress", 500*time.Millisecond, "progress line interval; 0 for none")
 	flag.BoolVar(&cfg.telemetry, "telemetry", false, "print the handler's spans and metrics, collected by an in-process OpenTelemetry SDK")
 	flag.Parse()
@@ -79,10 +79,16 @@ type summary struct {
 	handler                       middleware.Stats
 	wall, limit                   time.Duration
 	p50, p99                      time.Duration
+	requests                      []throttletest.Request // as the server saw them
+	slowest                       throttletest.Request   // the request that took longest
+	slowestTook                   time.Duration
 	firstErr                      error
 }
 
-func (s summary) lost() int { return s.failed + s.errored + s.server.BadBody }
+// lost counts the requests that got no answer from the server, or whose
+// body arrived corrupted. A request whose retries ran out is not lost: its
+// caller got the server's last answer (a 429 or 503), counted as failed.
+func (s summary) lost() int { return s.errored + s.server.BadBody }
 
 func run(cfg config, out io.Writer) (summary, error) {
 	if cfg.n <= 0 || cfg.c <= 0 || cfg.rate <= 0 || cfg.burst <= 0 {
@@ -116,7 +122,11 @@ func run(cfg config, out io.Writer) (summary, error) {
 		return summary{}, err
 	}
 	adapter.SetBaseUrl(srv.URL + "/v1.0")
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	users := newUsersRequestBuilder(adapter)
+	ctx, cancel := context.WithCancel(context.Background())
+	if cfg.timeout > 0 {
+		ctx, cancel = context.WithTimeout(context.Background(), cfg.timeout)
+	}
 	defer cancel()
 
 	fmt.Fprintf(out, "demo: %d requests (1 in %d a POST with a JSON body), %d workers, server %v req/s (burst %d, %.0f%% random 503s), queue %v\n",
@@ -135,7 +145,7 @@ func run(cfg config, out io.Writer) (summary, error) {
 			defer wg.Done()
 			for i := range jobs {
 				t0 := time.Now()
-				errs[i] = send(ctx, adapter, i, cfg.postEvery > 0 && i%cfg.postEvery == 0)
+				errs[i] = issue(ctx, users, i, cfg.postEvery > 0 && i%cfg.postEvery == 0)
 				latencies[i] = time.Since(t0)
 				done.Add(1)
 			}
@@ -167,6 +177,19 @@ func run(cfg config, out io.Writer) (summary, error) {
 			s.firstErr = err
 		}
 	}
+	slowest := 0
+	for i, d := range latencies {
+		if d > latencies[slowest] {
+			slowest = i
+		}
+	}
+	s.slowestTook = latencies[slowest]
+	s.requests = srv.Requests()
+	for _, r := range s.requests {
+		if r.ID == "req-"+strconv.Itoa(slowest) {
+			s.slowest = r
+		}
+	}
 	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
 	s.p50, s.p99 = latencies[len(latencies)/2], latencies[len(latencies)*99/100]
 	report(out, s)
@@ -178,39 +201,25 @@ func run(cfg config, out io.Writer) (summary, error) {
 	return s, nil
 }
 
-// send issues request i: a GET of a user, or a POST that creates one. The server checks every attempt's body against its hash.
-func send(ctx context.Context, adapter abs.RequestAdapter, i int, post bool) error {
+// issue sends request i through the generated-style client: a GET of a
+// user, or a POST that creates one. The server checks every attempt's body
+// against its hash.
+func issue(ctx context.Context, users *usersRequestBuilder, i int, post bool) error {
 	id := "req-" + strconv.Itoa(i)
-	ri := abs.NewRequestInformation()
-	ri.Headers.Add(throttletest.HeaderRequestID, id)
-	ri.Headers.Add("Accept", "application/json")
-	if post {
-		body, _ := json.Marshal(map[string]any{
-			"displayName": "User " + id, "mailNickname": id, "accountEnabled": true,
-			"passwordProfile": map[string]any{"forceChangePasswordNextSignIn": true},
-		})
-		sum := sha256.Sum256(body)
-		ri.Method = abs.POST
-		ri.UrlTemplate = "{+baseurl}/users"
-		ri.SetStreamContentAndContentType(body, "application/json")
-		ri.Headers.Add(throttletest.HeaderBodySHA256, hex.EncodeToString(sum[:]))
-	} else {
-		ri.Method = abs.GET
-		ri.UrlTemplate = "{+baseurl}/users/{id}"
-		ri.PathParameters["id"] = strconv.Itoa(i)
-	}
-	raw, err := adapter.SendPrimitive(ctx, ri, "[]byte", nil)
-	if err != nil {
+	config := &abs.RequestConfiguration[abs.DefaultQueryParameters]{Headers: abs.NewRequestHeaders()}
+	config.Headers.Add(throttletest.HeaderRequestID, id)
+	if !post {
+		_, err := users.ByUserID(strconv.Itoa(i)).Get(ctx, config)
 		return err
 	}
-	var user struct {
-		ID string `json:"id"`
-	}
-	b, _ := raw.([]byte)
-	if err := json.Unmarshal(b, &user); err != nil || user.ID == "" {
-		return fmt.Errorf("request %s: unexpected body %q", id, b)
-	}
-	return nil
+	body, _ := json.Marshal(map[string]any{
+		"displayName": "User " + id, "mailNickname": id, "accountEnabled": true,
+		"passwordProfile": map[string]any{"forceChangePasswordNextSignIn": true},
+	})
+	sum := sha256.Sum256(body)
+	config.Headers.Add(throttletest.HeaderBodySHA256, hex.EncodeToString(sum[:]))
+	_, err := users.Post(ctx, body, config)
+	return err
 }
 
 func progress(out io.Writer, cfg config, srv *throttletest.Server, done *atomic.Int64, start time.Time) (stop func()) {
@@ -240,13 +249,18 @@ func progress(out io.Writer, cfg config, srv *throttletest.Server, done *atomic.
 func report(out io.Writer, s summary) {
 	fmt.Fprintf(out, "\nsummary\n")
 	fmt.Fprintf(out, "  succeeded          %d of %d\n", s.succeeded, s.n)
-	fmt.Fprintf(out, "  failed / errors    %d / %d\n", s.failed, s.errored)
+	fmt.Fprintf(out, "  failed / lost      %d / %d (failed: retries ran out, the server's last 429 or 503 returned)\n", s.failed, s.errored)
 	fmt.Fprintf(out, "  attempts           %d (%.2f per request; handler counted %d)\n", s.server.Attempts, float64(s.server.Attempts)/float64(s.n), s.handler.Attempts)
 	fmt.Fprintf(out, "  429s / 503s        %d / %d\n", s.server.Throttled, s.server.Unavailable)
 	fmt.Fprintf(out, "  wrong bodies       %d\n", s.server.BadBody)
 	fmt.Fprintf(out, "  sent before Retry-After %d\n", s.server.Early)
 	fmt.Fprintf(out, "  wall time          %v (server capacity allows %v: %.2fx)\n", s.wall.Round(time.Millisecond), s.limit.Round(time.Millisecond), s.wall.Seconds()/s.limit.Seconds())
 	fmt.Fprintf(out, "  latency p50 / p99  %v / %v\n", s.p50.Round(time.Millisecond), s.p99.Round(time.Millisecond))
+	fmt.Fprintf(out, "  slowest request    %v: %d attempts, %d answered 429, %d answered 503\n",
+		s.slowestTook.Round(time.Millisecond), s.slowest.Attempts, s.slowest.Throttled, s.slowest.Unavailable)
+	if s.slowest.Unavailable > 0 {
+		fmt.Fprintf(out, "                     (a 503 has no Retry-After: retry n waits the default backoff, 3·n² s less up to 20%%: 3 s, 12 s, 27 s ...)\n")
+	}
 	if s.firstErr != nil {
 		fmt.Fprintf(out, "  first error        %v\n", s.firstErr)
 	}

@@ -108,7 +108,7 @@ func summarize(data metricdata.Aggregation) string {
 func attrs(kvs []attribute.KeyValue) string {
 	parts := make([]string, 0, len(kvs))
 	for _, kv := range kvs {
-		parts = append(parts, string(kv.Key[strings.LastIndex(string(kv.Key), ".")+1:])+"="+kv.Value.String())
+		parts = append(parts, string(kv.Key[strings.LastIndex(string(kv.Key), ".")+1:])+"="+kv.Value.Emit())
 	}
 	if len(parts) == 0 {
 		return "all"
