@@ -223,6 +223,10 @@ func stopAttribute(why string) string {
 		return observability.StopNotIdempotent
 	case stopPermanent:
 		return observability.StopPermanentError
+	case stopDeadline:
+		return observability.StopContextDeadline
+	case stopRewind:
+		return observability.StopRewindFailed
 	}
 	return ""
 }

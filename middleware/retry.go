@@ -87,8 +87,8 @@ func (h *RetryHandler) Stats() Stats {
 // pipeline and, while the attempt failed in a retryable way and no limit is
 // reached, waits and sends a fresh copy of it again. The caller's request is
 // never modified. It returns the first successful or non-retryable response,
-// or the last failed response (with a nil error) or transport error once it
-// stops retrying.
+// or, whatever stops the retries, the last failed response whole (with a nil
+// error) or the last transport error.
 func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, req *http.Request) (_ *http.Response, err error) {
 	h.stats.requests.Add(1)
 	r := run{h: h, pipeline: pipeline, index: index, req: req, obs: observer{inst: h.inst, clock: h.clock}}
