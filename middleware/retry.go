@@ -15,6 +15,7 @@ import (
 	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -200,12 +201,14 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 		back := reading{clock: r.h.clock} // when the attempt came back
 		r.obs.sent(ctx, err)
 		if err != nil && ctx.Err() != nil {
+			wrote.release()
 			discard(resp)
 			r.current = nil
 			return nil, r.canceled(ctx, retry+1)
 		}
 		r.observe(resp, err, sentAt, &back)
 		stop := r.classify(attemptReq, resp, err, wrote, retry+1)
+		wrote.release()
 		var delay time.Duration
 		if stop == "" {
 			delay, stop = r.retryDelay(ctx, attemptReq, resp, err, retry+1, back.now())
@@ -457,7 +460,15 @@ func unknownOutcome(resp *http.Response, err error, w *writes) bool {
 // writes records, through an httptrace.ClientTrace, how far a request got.
 // A transport that does not report to the trace leaves it untraced, and
 // the request is then taken as possibly written.
-type writes struct{ state atomic.Int32 }
+//
+// Records are pooled: a transport may report a write late, after the
+// attempt was judged and the record reused, but a late report can only
+// mark a request written, which never causes a resend.
+type writes struct {
+	state  atomic.Int32
+	trace  httptrace.ClientTrace // bound to this record
+	pooled bool
+}
 
 const (
 	writesUntraced int32 = iota // no report: anything may have been written
@@ -465,19 +476,42 @@ const (
 	writesSome                  // some of the request reached a connection
 )
 
-// traceWrites returns ctx with a trace that records how far a request
-// sent with it got: one that failed before any of it was written was never
-// seen by the server.
-func traceWrites(ctx context.Context) (context.Context, *writes) {
+func newWrites() any {
 	w := new(writes)
 	wrote := func() { w.state.Store(writesSome) }
-	trace := &httptrace.ClientTrace{
+	w.trace = httptrace.ClientTrace{
 		GetConn:          func(string) { w.state.CompareAndSwap(writesUntraced, writesNone) },
 		WroteHeaderField: func(string, []string) { wrote() },
 		WroteHeaders:     wrote,
 		WroteRequest:     func(httptrace.WroteRequestInfo) { wrote() },
 	}
-	return httptrace.WithClientTrace(ctx, trace), w
+	return w
+}
+
+var writesPool = sync.Pool{New: newWrites}
+
+// traceWrites returns ctx with a trace that records how far a request
+// sent with it got: one that failed before any of it was written was never
+// seen by the server. The record goes back with release.
+func traceWrites(ctx context.Context) (context.Context, *writes) {
+	if httptrace.ContextClientTrace(ctx) != nil {
+		// WithClientTrace composes with the trace already there by
+		// changing ours, which a late report may be reading: use a record
+		// of this attempt's own.
+		w := newWrites().(*writes)
+		return httptrace.WithClientTrace(ctx, &w.trace), w
+	}
+	w := writesPool.Get().(*writes)
+	w.state.Store(writesUntraced)
+	w.pooled = true
+	return httptrace.WithClientTrace(ctx, &w.trace), w
+}
+
+// release returns w to the pool once its attempt is judged.
+func (w *writes) release() {
+	if w != nil && w.pooled {
+		writesPool.Put(w)
+	}
 }
 
 // retryDelay applies the handler's rules on top of the policy: it returns
