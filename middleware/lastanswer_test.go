@@ -233,6 +233,8 @@ func TestRetryHandler_UnknownOutcomeResentOnlyWhenSafe(t *testing.T) {
 		{name: "GET answered 500 listed", method: http.MethodGet, status: 500, codes: []int{500}, attempts: 2},
 		{name: "POST refused with 503", method: http.MethodPost, status: 503, attempts: 2},
 		{name: "POST refused with 429", method: http.MethodPost, status: 429, attempts: 2},
+		{name: "POST refused with 409 listed", method: http.MethodPost, status: 409, codes: []int{409}, attempts: 2},
+		{name: "POST answered 200 listed is not resent", method: http.MethodPost, status: 200, codes: []int{200}, attempts: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

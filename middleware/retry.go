@@ -193,6 +193,7 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 		}
 		attemptReq, err := r.attemptRequest(reqCtx, retry)
 		if err != nil {
+			wrote.release()
 			return r.giveUp(retry, stopRewind, fmt.Errorf("preparing attempt %d: %w", retry+1, err))
 		}
 		r.drop()
@@ -447,14 +448,15 @@ func (r *run) resendable(req *http.Request) bool {
 }
 
 // unknownOutcome reports whether the server may have acted on a request
-// that failed: an answer other than a refusal (429, 503 and the other
-// 4xx say the request was not executed), or a transport error unless the
+// that failed: an answer other than a refusal (a 4xx, 429 among them, or a
+// 503 says the request was not executed), or a transport error unless the
 // request is known to have failed before any of it was written.
 func unknownOutcome(resp *http.Response, err error, w *writes) bool {
 	if err != nil {
 		return w.state.Load() != writesNone
 	}
-	return resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable
+	refused := resp.StatusCode >= 400 && resp.StatusCode < 500 || resp.StatusCode == http.StatusServiceUnavailable
+	return !refused
 }
 
 // writes records, through an httptrace.ClientTrace, how far a request got.
