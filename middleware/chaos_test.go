@@ -208,6 +208,7 @@ func TestChaos(t *testing.T) {
 		body     string
 		err      error
 		panicked bool
+		http2    bool
 	}
 	results := make([]result, requests)
 	send := func(p plan) (res result) {
@@ -253,7 +254,7 @@ func TestChaos(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
-		return result{body: string(b), err: err}
+		return result{body: string(b), err: err, http2: resp.ProtoMajor == 2}
 	}
 
 	next := atomic.Int64{}
@@ -269,8 +270,11 @@ func TestChaos(t *testing.T) {
 
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
-	var answered, canceled, failed, panicked int
+	var answered, canceled, failed, panicked, overHTTP2 int
 	for i, res := range results {
+		if res.http2 {
+			overHTTP2++
+		}
 		p, rec := plans[i], srv.seen[plans[i].id]
 		switch {
 		case res.panicked:
@@ -295,7 +299,9 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	assert.Zero(t, bodies.open.Load(), "response bodies left open")
-	t.Logf("answered %d, canceled %d, failed %d, panicked %d; attempts %d", answered, canceled, failed, panicked, handler.Stats().Attempts)
+	t.Logf("answered %d (%d over HTTP/2), canceled %d, failed %d, panicked %d; attempts %d",
+		answered, overHTTP2, canceled, failed, panicked, handler.Stats().Attempts)
+	assert.Positive(t, overHTTP2)
 	assert.Positive(t, answered)
 	assert.Positive(t, canceled)
 	assert.Positive(t, failed)
