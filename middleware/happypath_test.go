@@ -49,7 +49,7 @@ func TestRetryHandler_HappyPathCost(t *testing.T) {
 		{name: "GET with a header", method: http.MethodGet, header: true},
 		// A POST without an idempotency key carries a trace of how far it
 		// got (one allocation, for its context), so that one that failed
-		// before any of it was written can be resent.
+		// before it had a connection can be resent.
 		{name: "POST with GetBody", method: http.MethodPost, header: true, getBody: true, extra: 1,
 			body: func() io.ReadCloser { return io.NopCloser(bytes.NewReader(payload)) }},
 		{name: "POST with a seekable body", method: http.MethodPost, header: true, extra: 2,

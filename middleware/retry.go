@@ -450,7 +450,7 @@ func (r *run) resendable(req *http.Request) bool {
 // unknownOutcome reports whether the server may have acted on a request
 // that failed: an answer other than a refusal (a 4xx, 429 among them, or a
 // 503 says the request was not executed), or a transport error unless the
-// request is known to have failed before any of it was written.
+// request is known to have failed before it had a connection.
 func unknownOutcome(resp *http.Response, err error, w *writes) bool {
 	if err != nil {
 		return w.state.Load() != writesNone
@@ -459,13 +459,16 @@ func unknownOutcome(resp *http.Response, err error, w *writes) bool {
 	return !refused
 }
 
-// writes records, through an httptrace.ClientTrace, how far a request got.
-// A transport that does not report to the trace leaves it untraced, and
-// the request is then taken as possibly written.
+// writes records, through an httptrace.ClientTrace, how far a request got:
+// whether it was given a connection, before which nothing of it can have
+// been written. (net/http itself resends a request that failed on a reused
+// connection before writing anything.) A transport that does not report to
+// the trace leaves it untraced, and the request is then taken as possibly
+// written. Watching the connection rather than each header written keeps
+// net/http from allocating for every header field it reports.
 //
-// Records are pooled: a transport may report a write late, after the
-// attempt was judged and the record reused, but a late report can only
-// mark a request written, which never causes a resend.
+// Records are pooled: a record is only ever moved towards "connected",
+// which never causes a resend, so a late report cannot do harm.
 type writes struct {
 	state  atomic.Int32
 	trace  httptrace.ClientTrace // bound to this record
@@ -473,19 +476,16 @@ type writes struct {
 }
 
 const (
-	writesUntraced int32 = iota // no report: anything may have been written
-	writesNone                  // a connection was asked for; nothing written yet
-	writesSome                  // some of the request reached a connection
+	writesUntraced  int32 = iota // no report: anything may have been written
+	writesNone                   // a connection was asked for, none given yet
+	writesConnected              // the request had a connection: it may have been written
 )
 
 func newWrites() any {
 	w := new(writes)
-	wrote := func() { w.state.Store(writesSome) }
 	w.trace = httptrace.ClientTrace{
-		GetConn:          func(string) { w.state.CompareAndSwap(writesUntraced, writesNone) },
-		WroteHeaderField: func(string, []string) { wrote() },
-		WroteHeaders:     wrote,
-		WroteRequest:     func(httptrace.WroteRequestInfo) { wrote() },
+		GetConn: func(string) { w.state.CompareAndSwap(writesUntraced, writesNone) },
+		GotConn: func(httptrace.GotConnInfo) { w.state.Store(writesConnected) },
 	}
 	return w
 }
@@ -493,7 +493,7 @@ func newWrites() any {
 var writesPool = sync.Pool{New: newWrites}
 
 // traceWrites returns ctx with a trace that records how far a request
-// sent with it got: one that failed before any of it was written was never
+// sent with it got: one that failed before it had a connection was never
 // seen by the server. The record goes back with release.
 func traceWrites(ctx context.Context) (context.Context, *writes) {
 	if httptrace.ContextClientTrace(ctx) != nil {

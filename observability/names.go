@@ -108,8 +108,8 @@ const (
 	// StopShouldRetry: RetryHandlerOptions.ShouldRetry vetoed the retry.
 	StopShouldRetry = "should_retry"
 	// StopNotIdempotent: the outcome of a request that is not safe to
-	// execute twice is unknown (a 504, or a connection broken after the
-	// request was written).
+	// execute twice is unknown (a 504, or a connection broken once the
+	// request had one).
 	StopNotIdempotent = "not_idempotent"
 	// StopPermanentError: a transport error another attempt cannot mend,
 	// such as a TLS verification failure.

@@ -76,7 +76,7 @@ type RetryHandlerOptions struct {
 	// set per request, that request) may be executed twice without harm,
 	// as if it carried an Idempotency-Key. A request whose outcome is
 	// unknown (a 504 or another 5xx other than 503 listed in StatusCodes, a
-	// connection broken after the request was written) is then resent even
+	// connection broken once the request had one) is then resent even
 	// when its method is not idempotent. false: such a POST or PATCH
 	// without an Idempotency-Key or X-Idempotency-Key header is never
 	// resent; 429 and 503 are refusals and are resent for every method.

@@ -40,9 +40,9 @@ type Attempt struct {
 // error, unless the policy is a Classifier that decides instead. It never
 // resends a forward-only body, nor a non-idempotent request (a POST without
 // an idempotency key) whose outcome is unknown: a 504 or another 5xx but
-// 503, or a connection broken after the request was written (see
-// RetryHandlerOptions.AssumeIdempotent). On top of whatever the policy answers, one rule set
-// applies:
+// 503, or a connection broken once the request had one (see
+// RetryHandlerOptions.AssumeIdempotent). On top of whatever the policy
+// answers, one rule set applies:
 //
 //   - Retry-After: when the failed response names a time to wait
 //     (Retry-After, retry-after-ms or x-ms-retry-after-ms), the delay is the
