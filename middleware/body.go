@@ -3,6 +3,7 @@ package middleware
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -155,30 +156,100 @@ func discard(resp *http.Response) {
 	_ = resp.Body.Close()
 }
 
-// keepLimit bounds a failed response kept in memory while its retry waits,
-// to be returned if the retry is never made.
+// keepLimit bounds how much of a failed response is read into memory
+// while its retry waits, to be returned if the retry is never made.
 const keepLimit = 16 << 10
 
 // keep reads a failed response so that its connection is free while the
-// retry waits. A small body is kept in memory and returned in a copy of
-// resp; a larger one is drained (bounded) and dropped, and keep returns nil.
+// retry waits. A body of up to keepLimit bytes is read whole and the
+// connection released; of a longer one the first keepLimit bytes are read
+// and the rest is left unread on its connection, so that the response can
+// still be returned whole. It returns resp with its body replaced.
 func keep(resp *http.Response) *http.Response {
-	if resp == nil {
-		return nil
-	}
-	if resp.Body == nil || resp.Body == http.NoBody {
+	if resp == nil || resp.Body == nil || resp.Body == http.NoBody {
 		return resp
 	}
 	buf, err := io.ReadAll(io.LimitReader(resp.Body, keepLimit+1))
-	if err != nil || len(buf) > keepLimit {
-		// Too large to keep: drain no further than discard would have.
-		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit-int64(len(buf)))
+	if err == nil && len(buf) <= keepLimit {
 		_ = resp.Body.Close()
-		return nil
+		resp.Body = io.NopCloser(bytes.NewReader(buf))
+		return resp
 	}
+	// Too long, or broken: the rest (or the error) stays for the caller.
+	resp.Body = readThenClose{io.MultiReader(bytes.NewReader(buf), resp.Body), resp.Body}
+	return resp
+}
+
+// readThenClose reads from one reader and closes another.
+type readThenClose struct {
+	io.Reader
+	io.Closer
+}
+
+// peekLimit bounds how much of a failed response's body the handler's
+// callbacks may read; it is kept in memory to be read again by the caller.
+const peekLimit = 64 << 10
+
+// errPeekLimit is returned to a callback that reads past peekLimit.
+var errPeekLimit = fmt.Errorf("retry handler: a callback may read at most %d bytes of a response body", peekLimit)
+
+// peekBody is a response body as the handler's callbacks see it: what
+// they read is kept so that the caller reads the body whole. Closing it
+// does nothing: the handler decides what becomes of the response.
+type peekBody struct {
+	body io.ReadCloser
+	read []byte
+}
+
+func (p *peekBody) Read(b []byte) (int, error) {
+	room := peekLimit - len(p.read)
+	if room <= 0 {
+		return 0, errPeekLimit
+	}
+	if len(b) > room {
+		b = b[:room]
+	}
+	n, err := p.body.Read(b)
+	p.read = append(p.read, b[:n]...)
+	return n, err
+}
+
+func (p *peekBody) Close() error { return nil }
+
+// peek gives resp a body that callbacks may read without taking it from
+// the caller, and returns resp.
+func peek(resp *http.Response) *http.Response {
+	if resp == nil || resp.Body == nil || resp.Body == http.NoBody {
+		return resp
+	}
+	if _, ok := resp.Body.(*peekBody); !ok {
+		resp.Body = &peekBody{body: resp.Body}
+	}
+	return resp
+}
+
+// unpeek gives resp back a body that yields what callbacks read of it
+// followed by the rest.
+func unpeek(resp *http.Response) {
+	if resp == nil {
+		return
+	}
+	p, ok := resp.Body.(*peekBody)
+	if !ok {
+		return
+	}
+	resp.Body = p.body
+	if len(p.read) > 0 {
+		resp.Body = readThenClose{io.MultiReader(bytes.NewReader(p.read), p.body), p.body}
+	}
+}
+
+// closeResponse closes resp's body without reading it, for when the
+// handler cannot afford to wait on it.
+func closeResponse(resp *http.Response) {
+	if resp == nil || resp.Body == nil {
+		return
+	}
+	unpeek(resp)
 	_ = resp.Body.Close()
-	kept := *resp
-	kept.Body = io.NopCloser(bytes.NewReader(buf))
-	kept.ContentLength = int64(len(buf))
-	return &kept
 }

@@ -47,9 +47,12 @@ func TestRetryHandler_HappyPathCost(t *testing.T) {
 		{name: "GET", method: http.MethodGet},
 		{name: "GET, queue off", method: http.MethodGet, queueOff: true},
 		{name: "GET with a header", method: http.MethodGet, header: true},
-		{name: "POST with GetBody", method: http.MethodPost, header: true, getBody: true,
+		// A POST without an idempotency key carries a trace of how far it
+		// got (one allocation, for its context), so that one that failed
+		// before it had a connection can be resent.
+		{name: "POST with GetBody", method: http.MethodPost, header: true, getBody: true, extra: 1,
 			body: func() io.ReadCloser { return io.NopCloser(bytes.NewReader(payload)) }},
-		{name: "POST with a seekable body", method: http.MethodPost, header: true, extra: 1,
+		{name: "POST with a seekable body", method: http.MethodPost, header: true, extra: 2,
 			body: func() io.ReadCloser { return nethttplibrary.NopCloser(bytes.NewReader(payload)) }},
 	}
 	for _, tt := range tests {
@@ -83,6 +86,9 @@ func TestRetryHandler_HappyPathCost(t *testing.T) {
 				}
 			}
 
+			if raceEnabled && tt.method == http.MethodPost {
+				t.Skip("the write trace of a POST is pooled, and the race detector drops pooled items at random")
+			}
 			bare := testing.AllocsPerRun(50, func() {
 				reset()
 				_, _ = benchPipeline.Next(req.Clone(req.Context()), 0)

@@ -225,6 +225,8 @@ func stopAttribute(why string) string {
 		return observability.StopNotIdempotent
 	case stopPermanent:
 		return observability.StopPermanentError
+	case stopRewind:
+		return observability.StopRewindFailed
 	}
 	return ""
 }

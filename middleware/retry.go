@@ -12,7 +12,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,22 +88,33 @@ func (h *RetryHandler) Stats() Stats {
 // pipeline and, while the attempt failed in a retryable way and no limit is
 // reached, waits and sends a fresh copy of it again. The caller's request is
 // never modified. It returns the first successful or non-retryable response,
-// or the last failed response (with a nil error) or transport error once it
-// stops retrying.
+// or, whatever stops the retries, the last failed response whole (with a nil
+// error) or the last transport error.
 func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, req *http.Request) (_ *http.Response, err error) {
 	h.stats.requests.Add(1)
 	r := run{h: h, pipeline: pipeline, index: index, req: req, obs: observer{inst: h.inst, clock: h.clock}}
 	ctx := r.obs.begin(req)
 	defer func() { r.obs.end(req.Context(), err) }()
 	r.opts, r.policy, r.limits = &h.opts, h.policy, h.limits
-	if o, ok := req.Context().Value(retryOptionsKey).(*options.RetryHandlerOptions); ok && o != nil {
-		if err := o.Validate(); err != nil {
-			closeRequestBody(req)
-			return nil, fmt.Errorf("retry handler: %s %s: per-request options: %w", req.Method, hostOf(req), err)
+	switch o := req.Context().Value(retryOptionsKey).(type) {
+	case nil:
+		if o := fromKiota(req, &h.opts); o != nil {
+			r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
 		}
-		r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
-	} else if o := fromKiota(req, &h.opts); o != nil {
-		r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
+	case *options.RetryHandlerOptions:
+		if o != nil {
+			if err := r.override(o); err != nil {
+				return nil, err
+			}
+		}
+	case options.RetryHandlerOptions:
+		if err := r.override(&o); err != nil {
+			return nil, err
+		}
+	default:
+		closeRequestBody(req)
+		return nil, fmt.Errorf("retry handler: %s %s: per-request options: %w: a %T is stored under options.Key(), want *options.RetryHandlerOptions",
+			req.Method, hostOf(req), options.ErrInvalidOption, o)
 	}
 	r.body = newReplayer(req)
 	defer r.body.finish()
@@ -108,6 +122,17 @@ func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, re
 		return r.batch.finish(r.do(ctx))
 	}
 	return r.do(ctx)
+}
+
+// override makes per-request options replace the handler's for this
+// request, once they are found valid.
+func (r *run) override(o *options.RetryHandlerOptions) error {
+	if err := o.Validate(); err != nil {
+		closeRequestBody(r.req)
+		return fmt.Errorf("retry handler: %s %s: per-request options: %w", r.req.Method, hostOf(r.req), err)
+	}
+	r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
+	return nil
 }
 
 // run is the state of one request through the handler.
@@ -129,46 +154,89 @@ type run struct {
 	// holdLimit names the limit the queue's deadline for the next attempt
 	// comes from, for when a hold would pass it.
 	holdLimit string
+	// current is the response of the attempt being judged, open until it
+	// becomes last; last and lastErr are the outcome of the latest
+	// attempt, returned if no further attempt is made.
+	current *http.Response
+	last    *http.Response
+	lastErr error
 }
 
 // do runs the attempts. ctx is the request's context, carrying the
-// handler's span when tracing is on.
+// handler's span when tracing is on. Should a callback panic, the panic goes
+// on unchanged once the responses the handler holds are closed.
 func (r *run) do(ctx context.Context) (*http.Response, error) {
+	returned := false
+	defer func() {
+		if !returned {
+			closeResponse(r.current)
+			closeResponse(r.last)
+		}
+	}()
+	resp, err := r.attempts(ctx)
+	returned = true
+	return resp, err
+}
+
+// attempts sends the attempts until one is final or a retry cannot be
+// made. Whatever stops the retries, the caller gets the last response the
+// server sent, whole, or the last transport error.
+func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 	r.start = r.h.clock.Now()
 	notBefore := r.start
-	var last *http.Response // the last failed response, kept small to return if a hold runs out
-	actx := ctx             // the current attempt's context: carries its span
+	actx := ctx // the current attempt's context: carries its span
 	for retry := 0; ; retry++ {
 		sentAt, err := r.admit(ctx, retry, notBefore)
 		if errors.Is(err, errHoldTooLong) {
-			return r.giveUpHeld(last, retry)
+			return r.giveUp(retry, r.holdLimit, nil)
 		}
 		if err != nil {
+			r.drop()
 			return nil, r.canceled(ctx, retry)
 		}
-		attemptReq, err := r.attemptRequest(actx, retry)
-		if err != nil {
-			return nil, fmt.Errorf("retry handler: %s %s: preparing attempt %d: %w", r.req.Method, hostOf(r.req), retry+1, err)
+		reqCtx, wrote := actx, (*writes)(nil)
+		if !r.resendable(r.req) {
+			reqCtx, wrote = traceWrites(actx)
 		}
-		resp, err := r.send(actx, attemptReq, retry)
+		attemptReq, err := r.attemptRequest(reqCtx, retry)
+		if err != nil {
+			wrote.release()
+			return r.giveUp(retry, stopRewind, fmt.Errorf("preparing attempt %d: %w", retry+1, err))
+		}
+		r.drop()
+		resp, err := r.send(attemptReq, retry)
+		r.current = resp
 		back := reading{clock: r.h.clock} // when the attempt came back
 		r.obs.sent(ctx, err)
 		if err != nil && ctx.Err() != nil {
+			wrote.release()
 			discard(resp)
+			r.current = nil
 			return nil, r.canceled(ctx, retry+1)
 		}
 		r.observe(resp, err, sentAt, &back)
-		if stop := r.classify(attemptReq, resp, err, retry+1); stop != "" {
-			return r.giveUp(resp, err, retry+1, stop)
+		stop := r.classify(attemptReq, resp, err, wrote, retry+1)
+		wrote.release()
+		var delay time.Duration
+		if stop == "" {
+			delay, stop = r.retryDelay(ctx, attemptReq, resp, err, retry+1, back.now())
 		}
-		delay, stop := r.retryDelay(attemptReq, resp, err, retry+1, back.now())
+		unpeek(resp)
+		r.current, r.last, r.lastErr = nil, resp, err
 		if stop != "" {
-			return r.giveUp(resp, err, retry+1, stop)
+			return r.giveUp(retry+1, stop, nil)
 		}
 		actx = r.obs.retrying(ctx, retry+1, resp, err, delay)
-		last = keep(resp)
+		r.last = keep(resp)
 		notBefore = back.now().Add(delay)
 	}
+}
+
+// drop discards the last failed response: a newer attempt replaces it, or
+// the caller will get an error instead.
+func (r *run) drop() {
+	discard(r.last)
+	r.last, r.lastErr = nil, nil
 }
 
 // reading reads its clock once, when first asked: a request that succeeds
@@ -313,7 +381,7 @@ func (r *run) attemptRequest(ctx context.Context, retry int) (*http.Request, err
 
 // send runs one attempt down the rest of the pipeline, bounded by the
 // per-attempt timeout when one is set.
-func (r *run) send(ctx context.Context, req *http.Request, retry int) (*http.Response, error) {
+func (r *run) send(req *http.Request, retry int) (*http.Response, error) {
 	r.h.stats.attempts.Add(1)
 	if retry > 0 {
 		r.h.stats.retries.Add(1)
@@ -322,6 +390,7 @@ func (r *run) send(ctx context.Context, req *http.Request, retry int) (*http.Res
 	if timeout <= 0 {
 		return r.pipeline.Next(req, r.index)
 	}
+	ctx := req.Context()
 	actx, cancel := context.WithCancelCause(ctx)
 	timer := r.h.clock.AfterFunc(timeout, func() { cancel(ErrAttemptTimeout) })
 	resp, err := r.pipeline.Next(req.WithContext(actx), r.index)
@@ -353,27 +422,22 @@ const (
 	stopElapsed       = "max elapsed"
 	stopTimeLimit     = "retries time limit"
 	stopDeadline      = "context deadline"
+	stopRewind        = "body not rewound"
 )
 
 // classify returns "" when the attempt failed in a way worth retrying
 // with retry n, or why it is final. A policy that implements
 // options.Classifier decides which attempts failed when it has an opinion;
 // otherwise the status code list does, and every transport error counts as
-// a failure.
-func (r *run) classify(req *http.Request, resp *http.Response, err error, n int) string {
-	if err != nil {
-		// A request the server may have acted on is only resent when
-		// resending it is harmless; a broken TLS setup will not mend.
-		if !idempotent(req) {
-			return stopNotIdempotent
-		}
-		if permanent(err) {
-			return stopPermanent
-		}
+// a failure. wrote, when not nil, tells how far a request that must not
+// be sent twice got.
+func (r *run) classify(req *http.Request, resp *http.Response, err error, wrote *writes, n int) string {
+	if err != nil && permanent(err) {
+		return stopPermanent
 	}
 	failed := err != nil || r.opts.Retryable(resp.StatusCode)
 	if c, ok := r.policy.(options.Classifier); ok {
-		a := options.Attempt{Retry: n, Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: resp, Err: err}
+		a := options.Attempt{Retry: n, Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: peek(resp), Err: err}
 		if retry, decided := c.Retryable(a); decided {
 			failed = retry
 		}
@@ -385,18 +449,95 @@ func (r *run) classify(req *http.Request, resp *http.Response, err error, n int)
 		return stopNotRetryable
 	case !r.body.rewindable():
 		return stopForwardOnly
+	case wrote != nil && unknownOutcome(resp, err, wrote):
+		return stopNotIdempotent
 	}
 	return ""
+}
+
+// resendable reports whether req may be sent again whatever became of
+// the previous attempt.
+func (r *run) resendable(req *http.Request) bool {
+	return r.opts.AssumeIdempotent || idempotent(req)
+}
+
+// unknownOutcome reports whether the server may have acted on a request
+// that failed: an answer other than a refusal (a 4xx, 429 among them, or a
+// 503 says the request was not executed), or a transport error unless the
+// request is known to have failed before it had a connection.
+func unknownOutcome(resp *http.Response, err error, w *writes) bool {
+	if err != nil {
+		return w.state.Load() != writesNone
+	}
+	refused := resp.StatusCode >= 400 && resp.StatusCode < 500 || resp.StatusCode == http.StatusServiceUnavailable
+	return !refused
+}
+
+// writes records, through an httptrace.ClientTrace, how far a request got:
+// whether it was given a connection, before which nothing of it can have
+// been written. (net/http itself resends a request that failed on a reused
+// connection before writing anything.) A transport that does not report to
+// the trace leaves it untraced, and the request is then taken as possibly
+// written. Watching the connection rather than each header written keeps
+// net/http from allocating for every header field it reports.
+//
+// Records are pooled: a record is only ever moved towards "connected",
+// which never causes a resend, so a late report cannot do harm.
+type writes struct {
+	state  atomic.Int32
+	trace  httptrace.ClientTrace // bound to this record
+	pooled bool
+}
+
+const (
+	writesUntraced  int32 = iota // no report: anything may have been written
+	writesNone                   // a connection was asked for, none given yet
+	writesConnected              // the request had a connection: it may have been written
+)
+
+func newWrites() any {
+	w := new(writes)
+	w.trace = httptrace.ClientTrace{
+		GetConn: func(string) { w.state.CompareAndSwap(writesUntraced, writesNone) },
+		GotConn: func(httptrace.GotConnInfo) { w.state.Store(writesConnected) },
+	}
+	return w
+}
+
+var writesPool = sync.Pool{New: newWrites}
+
+// traceWrites returns ctx with a trace that records how far a request
+// sent with it got: one that failed before it had a connection was never
+// seen by the server. The record goes back with release.
+func traceWrites(ctx context.Context) (context.Context, *writes) {
+	if httptrace.ContextClientTrace(ctx) != nil {
+		// WithClientTrace composes with the trace already there by
+		// changing ours, which a late report may be reading: use a record
+		// of this attempt's own.
+		w := newWrites().(*writes)
+		return httptrace.WithClientTrace(ctx, &w.trace), w
+	}
+	w := writesPool.Get().(*writes)
+	w.state.Store(writesUntraced)
+	w.pooled = true
+	return httptrace.WithClientTrace(ctx, &w.trace), w
+}
+
+// release returns w to the pool once its attempt is judged.
+func (w *writes) release() {
+	if w != nil && w.pooled {
+		writesPool.Put(w)
+	}
 }
 
 // retryDelay applies the handler's rules on top of the policy: it returns
 // the delay before retry n, or why that retry may not be made. now is when
 // the failed attempt came back.
-func (r *run) retryDelay(req *http.Request, resp *http.Response, err error, n int, now time.Time) (time.Duration, string) {
+func (r *run) retryDelay(ctx context.Context, req *http.Request, resp *http.Response, err error, n int, now time.Time) (time.Duration, string) {
 	if max := r.limits.MaxRetries; max < 0 || max > 0 && n > max {
 		return 0, stopRetries
 	}
-	a := options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: req, Response: resp, Err: err}
+	a := options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: req, Response: peek(resp), Err: err}
 	if resp != nil {
 		a.RetryAfter, a.HasRetryAfter = RetryAfter(resp.Header, now)
 	}
@@ -415,8 +556,9 @@ func (r *run) retryDelay(req *http.Request, resp *http.Response, err error, n in
 		return 0, stopTimeLimit
 	}
 	// Waiting into the deadline would only trade the answer in hand for
-	// "context deadline exceeded".
-	if d, ok := req.Context().Deadline(); ok && delay > time.Until(d) {
+	// "context deadline exceeded". Context deadlines are wall-clock time,
+	// whatever the handler's clock.
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < delay {
 		return 0, stopDeadline
 	}
 	return delay, ""
@@ -427,25 +569,24 @@ func exceeds(spent, next, limit time.Duration) bool {
 	return next > limit-spent
 }
 
-// giveUp returns a successful or final response unchanged (with a nil
-// error), or the last transport error wrapped so that errors.Is and
-// errors.As still find it.
-func (r *run) giveUp(resp *http.Response, err error, attempts int, why string) (*http.Response, error) {
+// giveUp ends the request with the outcome of its last attempt, whatever
+// stopped the retries: the response, successful or not, unchanged and with
+// a nil error, or the transport error wrapped so that errors.Is and
+// errors.As still find it. cause, when set, is why the next attempt could
+// not be prepared; it is reported only when there is no response to return.
+func (r *run) giveUp(attempts int, why string, cause error) (*http.Response, error) {
+	resp, err := r.last, r.lastErr
+	r.last, r.lastErr = nil, nil
 	r.obs.gaveUp(why, attempts-1, resp)
-	if err == nil {
+	switch {
+	case err == nil && resp != nil:
 		return resp, nil
+	case err == nil:
+		return nil, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): %w", r.req.Method, hostOf(r.req), why, attempts, cause)
+	case cause != nil:
+		return nil, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): %w; %w", r.req.Method, hostOf(r.req), why, attempts, err, cause)
 	}
 	return resp, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): %w", r.req.Method, hostOf(r.req), why, attempts, err)
-}
-
-// giveUpHeld returns the last failed response when the queue would hold
-// its retry past the limits.
-func (r *run) giveUpHeld(last *http.Response, attempts int) (*http.Response, error) {
-	r.obs.gaveUp(r.holdLimit, attempts-1, last)
-	if last != nil {
-		return last, nil
-	}
-	return nil, fmt.Errorf("retry handler: %s %s: %s after %d attempt(s): throttled beyond the limit and the last response was too large to keep", r.req.Method, hostOf(r.req), r.holdLimit, attempts)
 }
 
 // canceled reports the end of the request's context. It wraps ctx.Err()
@@ -474,7 +615,8 @@ func idempotent(req *http.Request) bool {
 	return ok
 }
 
-// permanent reports transport errors that another attempt cannot mend.
+// permanent reports transport errors that another attempt cannot mend: a
+// broken TLS setup, or a request net/http refuses to send as it stands.
 func permanent(err error) bool {
 	var (
 		verify   *tls.CertificateVerificationError
@@ -484,8 +626,34 @@ func permanent(err error) bool {
 		record   tls.RecordHeaderError
 		alert    tls.AlertError
 	)
-	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
-		errors.As(err, &invalid) || errors.As(err, &record) || errors.As(err, &alert)
+	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &record) || errors.As(err, &alert) {
+		return true
+	}
+	// net/http reports a malformed request with errors of no exported
+	// type; their texts are stable.
+	msg := err.Error()
+	for _, text := range malformedRequest {
+		if strings.Contains(msg, text) {
+			return true
+		}
+	}
+	return false
+}
+
+// malformedRequest are parts of the texts of net/http's errors for a
+// request that cannot be sent as it stands.
+var malformedRequest = [...]string{
+	"http: ContentLength=",         // body shorter or longer than ContentLength
+	"http: Request.ContentLength=", // ContentLength with a nil body
+	"unsupported protocol scheme",
+	"net/http: invalid header",
+	"net/http: invalid trailer",
+	"net/http: invalid method",
+	"http: nil Request.",
+	"http: no Host in request URL",
+	"http: invalid Host header",
+	"net/http: can't write control character in Request.URL",
 }
 
 // hostOf names a request in errors without its path or query, which may

@@ -22,22 +22,24 @@ const (
 // RetryAfter returns how long the server asked the client to wait before
 // retrying, read from Retry-After (delta-seconds, or an HTTP-date in any of
 // the three forms RFC 9110 §5.6.7 makes recipients accept), retry-after-ms
-// and x-ms-retry-after-ms, relative to now. When several are present the
-// longest wait wins, so no retry is sent before any time the server named.
-// A date in the past means retry now (0, true). Values that do not parse, or
-// are negative, are ignored; huge values saturate instead of overflowing.
-// ok is false when no header gave a usable value.
+// and x-ms-retry-after-ms, relative to now. Every field is read, however
+// often each name appears (proxies and frameworks may add one of their own),
+// and the latest time any of them names wins, so no retry is sent before a
+// time the server named. A date in the past means retry now (0, true).
+// Values that do not parse, or are negative, are ignored; huge values
+// saturate instead of overflowing. ok is false when no field gave a usable
+// value.
 func RetryAfter(h http.Header, now time.Time) (delay time.Duration, ok bool) {
 	if h == nil {
 		return 0, false
 	}
-	if v := h.Get(headerRetryAfter); v != "" {
+	for _, v := range h.Values(headerRetryAfter) {
 		if d, good := parseRetryAfter(v, now); good {
-			delay, ok = d, true
+			delay, ok = max(delay, d), true
 		}
 	}
 	for _, name := range [...]string{headerRetryAfterMs, headerXMsRetryAfterMs} {
-		if v := h.Get(name); v != "" {
+		for _, v := range h.Values(name) {
 			if d, good := parseAmount(v, time.Millisecond); good {
 				delay, ok = max(delay, d), true
 			}

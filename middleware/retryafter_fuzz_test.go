@@ -61,6 +61,12 @@ func FuzzRetryAfter(f *testing.F) {
 		{"", "9223372036854", "", 0, 0},
 		{"", "5764607523034", "", 0, 0},
 		{"", "-3", "abc", 0, 0},
+		{"0\n2", "", "", 0, 0},
+		{"2\n0", "", "", 0, 0},
+		{"garbage\n3", "", "", 0, 0},
+		{"Wed, 04 Mar 2026 05:08:07 GMT\n1", "", "", 0, 0},
+		{"1", "0\n2500", "", 0, 0},
+		{"", "", "100\n-1\n300", 0, 0},
 		{"1", "", "", math.MaxInt64, 0},
 		{"Wed, 04 Mar 2026 05:08:07 GMT", "", "", math.MinInt64, 0},
 	} {
@@ -68,10 +74,13 @@ func FuzzRetryAfter(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, ra, ms, xms string, sec, nsec int64) {
 		now := fuzzNow.Add(time.Duration(sec % (1 << 62))).Add(time.Duration(nsec))
+		// A newline in a fuzzed value separates fields of the same name.
 		h := http.Header{}
 		for name, v := range map[string]string{"Retry-After": ra, "Retry-After-Ms": ms, "X-Ms-Retry-After-Ms": xms} {
-			if v != "" {
-				h.Set(name, v)
+			for _, field := range strings.Split(v, "\n") {
+				if field != "" {
+					h.Add(name, field)
+				}
 			}
 		}
 
@@ -91,16 +100,18 @@ func FuzzRetryAfter(f *testing.F) {
 			unit    time.Duration
 			dateToo bool
 		}{{ra, time.Second, true}, {ms, time.Millisecond, false}, {xms, time.Millisecond, false}} {
-			if n.value == "" {
-				continue
+			for _, field := range strings.Split(n.value, "\n") {
+				if field == "" {
+					continue
+				}
+				d, named := namedDelay(field, n.unit, n.dateToo, now)
+				if !named {
+					allNamed = false
+					continue
+				}
+				anyNamed = true
+				longest = max(longest, d)
 			}
-			d, named := namedDelay(n.value, n.unit, n.dateToo, now)
-			if !named {
-				allNamed = false
-				continue
-			}
-			anyNamed = true
-			longest = max(longest, d)
 		}
 		if anyNamed {
 			require.True(t, ok, "a header that names a time was ignored")

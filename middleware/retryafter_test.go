@@ -37,6 +37,10 @@ func TestRetryAfter(t *testing.T) {
 		{"x-ms-retry-after-ms", http.Header{"X-Ms-Retry-After-Ms": {"1234"}}, 1234 * time.Millisecond, true},
 		{"bad ms ignored, Retry-After used", http.Header{"Retry-After-Ms": {"x"}, "Retry-After": {"2"}}, 2 * time.Second, true},
 		{"longest wins", http.Header{"Retry-After": {"1"}, "X-Ms-Retry-After-Ms": {"1500"}}, 1500 * time.Millisecond, true},
+		{"every Retry-After field is read", http.Header{"Retry-After": {"0", "2"}}, 2 * time.Second, true},
+		{"a bad field does not hide a good one", http.Header{"Retry-After": {"later", "3"}}, 3 * time.Second, true},
+		{"the latest date wins", http.Header{"Retry-After": {now.Add(time.Minute).Format(http.TimeFormat), "5"}}, time.Minute, true},
+		{"every ms field is read", http.Header{"Retry-After-Ms": {"10", "700"}, "X-Ms-Retry-After-Ms": {"20", "x"}}, 700 * time.Millisecond, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

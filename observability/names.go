@@ -114,12 +114,16 @@ const (
 	StopPolicy = "policy"
 	// StopShouldRetry: RetryHandlerOptions.ShouldRetry vetoed the retry.
 	StopShouldRetry = "should_retry"
-	// StopNotIdempotent: a transport error broke a request that is not safe
-	// to send twice.
+	// StopNotIdempotent: the outcome of a request that is not safe to
+	// execute twice is unknown (a 504, or a connection broken once the
+	// request had one).
 	StopNotIdempotent = "not_idempotent"
 	// StopPermanentError: a transport error another attempt cannot mend,
 	// such as a TLS verification failure.
 	StopPermanentError = "permanent_error"
+	// StopRewindFailed: the request body could not be rewound for the next
+	// attempt.
+	StopRewindFailed = "rewind_failed"
 )
 
 // Span event names. The events are added to the SpanIntercept span.

@@ -52,6 +52,7 @@ func TestNamingRules(t *testing.T) {
 		RetryReasonResponse, RetryReasonTransportError, RetryReasonAttemptTimeout,
 		StopMaxRetries, StopMaxElapsed, StopRetriesTimeLimit, StopForwardOnlyBody,
 		StopPolicy, StopShouldRetry, StopNotIdempotent, StopPermanentError,
+		StopRewindFailed,
 	}
 	seen := map[string]bool{}
 	for _, v := range values {

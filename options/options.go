@@ -72,6 +72,15 @@ type RetryHandlerOptions struct {
 	// ShouldRetry, when set, is asked before every retry and may veto it by
 	// returning false; the failed response or error is then returned as is.
 	ShouldRetry func(Attempt) bool
+	// AssumeIdempotent declares that every request through the handler (or,
+	// set per request, that request) may be executed twice without harm,
+	// as if it carried an Idempotency-Key. A request whose outcome is
+	// unknown (a 504 or another 5xx other than 503 listed in StatusCodes, a
+	// connection broken once the request had one) is then resent even
+	// when its method is not idempotent. false: such a POST or PATCH
+	// without an Idempotency-Key or X-Idempotency-Key header is never
+	// resent; 429 and 503 are refusals and are resent for every method.
+	AssumeIdempotent bool
 	// AttemptTimeout, when > 0, bounds each attempt separately, from sending
 	// the request until the response headers arrive. An attempt that times
 	// out counts as a transport error (retried for idempotent requests only).

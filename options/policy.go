@@ -38,9 +38,11 @@ type Attempt struct {
 // The handler asks the policy only about attempts that failed in a
 // retryable way: a status in RetryHandlerOptions.StatusCodes or a transport
 // error, unless the policy is a Classifier that decides instead. It never
-// resends a non-idempotent request after a transport error, nor a
-// forward-only body. On top of whatever the policy answers, one rule set
-// applies:
+// resends a forward-only body, nor a non-idempotent request (a POST without
+// an idempotency key) whose outcome is unknown: a 504 or another 5xx but
+// 503, or a connection broken once the request had one (see
+// RetryHandlerOptions.AssumeIdempotent). On top of whatever the policy
+// answers, one rule set applies:
 //
 //   - Retry-After: when the failed response names a time to wait
 //     (Retry-After, retry-after-ms or x-ms-retry-after-ms), the delay is the
@@ -60,9 +62,13 @@ type Attempt struct {
 //   - InitialDelay and MaxDelay configure the default policy only; they
 //     neither shape nor cap another policy's delays or a Retry-After.
 //
-// When a limit or the policy stops the retries, the handler returns the last
-// failed response (with a nil error) or the last transport error at once,
-// without waiting.
+// When a limit, the policy or the context's deadline stops the retries, the
+// handler returns the last failed response whole (with a nil error) or the
+// last transport error at once, without waiting.
+//
+// Next (and ShouldRetry, and a Classifier) may read a.Response.Body, up to
+// 64 KiB: what it reads is kept for the caller, who still reads the body
+// whole.
 type Policy interface {
 	// Next is called with the failed attempt and the number of the retry
 	// about to be made (a.Retry, 1 for the first retry). It returns the
@@ -176,8 +182,8 @@ const maxDuration = time.Duration(1<<63 - 1)
 // Classifier is implemented by a Policy that decides itself which attempts
 // failed in a retryable way, instead of the handler's status code list (for
 // example APIManagement with a Condition). The handler still never resends
-// a non-idempotent request after a transport error, nor retries a canceled
-// context or a TLS verification failure.
+// a non-idempotent request whose outcome is unknown, nor retries a canceled
+// context, a TLS verification failure or a malformed request.
 type Classifier interface {
 	// Retryable reports whether the attempt failed in a way worth
 	// retrying. It is asked about every attempt, successful ones included.
