@@ -449,7 +449,9 @@ func (r *run) classify(req *http.Request, resp *http.Response, err error, wrote 
 		return stopNotRetryable
 	case !r.body.rewindable():
 		return stopForwardOnly
-	case wrote != nil && unknownOutcome(resp, err, wrote):
+	case wrote != nil && !r.batch.answeredByItems() && unknownOutcome(resp, err, wrote):
+		// A batch answered item by item resends only the items that are
+		// safe to run again: the batch itself was answered.
 		return stopNotIdempotent
 	}
 	return ""
