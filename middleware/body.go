@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -153,32 +152,4 @@ func discard(resp *http.Response) {
 	}
 	_, _ = io.CopyN(io.Discard, resp.Body, drainLimit)
 	_ = resp.Body.Close()
-}
-
-// keepLimit bounds a failed response kept in memory while its retry waits,
-// to be returned if the retry is never made.
-const keepLimit = 16 << 10
-
-// keep reads a failed response so that its connection is free while the
-// retry waits. A small body is kept in memory and returned in a copy of
-// resp; a larger one is drained (bounded) and dropped, and keep returns nil.
-func keep(resp *http.Response) *http.Response {
-	if resp == nil {
-		return nil
-	}
-	if resp.Body == nil || resp.Body == http.NoBody {
-		return resp
-	}
-	buf, err := io.ReadAll(io.LimitReader(resp.Body, keepLimit+1))
-	if err != nil || len(buf) > keepLimit {
-		// Too large to keep: drain no further than discard would have.
-		_, _ = io.CopyN(io.Discard, resp.Body, drainLimit-int64(len(buf)))
-		_ = resp.Body.Close()
-		return nil
-	}
-	_ = resp.Body.Close()
-	kept := *resp
-	kept.Body = io.NopCloser(bytes.NewReader(buf))
-	kept.ContentLength = int64(len(buf))
-	return &kept
 }

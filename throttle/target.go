@@ -1,0 +1,109 @@
+package throttle
+
+import (
+	"net/http"
+	"strings"
+)
+
+// target is what the matching rules look at in a request.
+type target struct {
+	host string
+	url  string
+	path string
+	// segs are the path's segments below the service root: for Graph's
+	// /v1.0/users/{id}/messages, users, {id} and messages.
+	segs []string
+}
+
+// hostKey returns the host the request names: its Host header when set,
+// so that virtual hosts on one address keep apart, else its URL's host.
+func hostKey(req *http.Request) string {
+	if req.Host != "" {
+		return req.Host
+	}
+	return req.URL.Host
+}
+
+func (q *Queue) newTarget(req *http.Request) *target {
+	u := req.URL
+	t := &target{host: hostKey(req), path: u.Path, url: u.Path}
+	if u.RawQuery != "" {
+		t.url = u.Path + "?" + u.RawQuery
+	}
+	t.segs = q.segments(u.Path)
+	return t
+}
+
+// segments returns the segments of path below its service root: below the
+// longest of the queue's roots that path starts with or, without one, below
+// a leading version segment.
+func (q *Queue) segments(path string) []string {
+	rest := path
+	rooted := false
+	for _, root := range q.roots {
+		if r, ok := strings.CutPrefix(path, root); ok && (r == "" || r[0] == '/') {
+			rest, rooted = r, true
+			break
+		}
+	}
+	var segs []string
+	for s := range strings.SplitSeq(rest, "/") {
+		if s != "" {
+			segs = append(segs, s)
+		}
+	}
+	if !rooted && len(segs) > 0 && isVersion(segs[0]) {
+		segs = segs[1:]
+	}
+	return segs
+}
+
+// isVersion reports whether seg names an API version, as Graph's v1.0 and
+// beta do: "beta", or "v" followed by numbers separated by dots (v1, v2.1).
+func isVersion(seg string) bool {
+	if seg == "beta" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(seg, "v")
+	if !ok || rest == "" {
+		return false
+	}
+	digits := 0
+	for i := 0; i < len(rest); i++ {
+		switch c := rest[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && digits > 0 && i < len(rest)-1:
+			digits = 0
+		default:
+			return false
+		}
+	}
+	return digits > 0
+}
+
+// apiOf returns the first segment of path below its service root, which
+// names the API a request calls; "" when there is none. It does not split
+// the whole path, so that counting a success allocates nothing.
+func (q *Queue) apiOf(path string) string {
+	rest := path
+	for _, root := range q.roots {
+		if r, ok := strings.CutPrefix(path, root); ok && (r == "" || r[0] == '/') {
+			return firstSegment(r)
+		}
+	}
+	seg := firstSegment(rest)
+	if isVersion(seg) {
+		_, rest, _ = strings.Cut(strings.TrimLeft(rest, "/"), "/")
+		return firstSegment(rest)
+	}
+	return seg
+}
+
+func firstSegment(path string) string {
+	seg, _, _ := strings.Cut(strings.TrimLeft(path, "/"), "/")
+	return seg
+}
+
+// prefix returns the key of the first n segments.
+func (t *target) prefix(n int) string { return strings.Join(t.segs[:n], "/") }
