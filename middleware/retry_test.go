@@ -616,3 +616,30 @@ func TestRetryHandler_HeldPastMaxElapsedIsSent(t *testing.T) {
 	assert.Equal(t, []time.Duration{time.Second}, waits, "only its own delay waited for")
 	assert.Len(t, srv.attempts(), 3)
 }
+
+// TestRetryHandler_ThrottleWithoutRetryAfterHoldsForPolicyDelay checks that
+// a 429 without a usable Retry-After holds its URL for the delay the
+// request's policy gives, not for a fixed time.
+func TestRetryHandler_ThrottleWithoutRetryAfterHoldsForPolicyDelay(t *testing.T) {
+	for _, delay := range []time.Duration{200 * time.Millisecond, 5 * time.Second} {
+		t.Run(delay.String(), func(t *testing.T) {
+			srv := newScripted(t, reply{status: http.StatusTooManyRequests}, reply{status: http.StatusOK, body: "ok"})
+			h, clk := newHandler(t, options.RetryHandlerOptions{})
+			client := newClient(t, h)
+
+			// The first request is throttled without Retry-After and does
+			// not retry; its policy would have waited delay.
+			ctx := context.WithValue(context.Background(), options.Key(), &options.RetryHandlerOptions{MaxRetries: -1, Policy: fixedPolicy(10, delay)})
+			first, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1.0/me", nil)
+			res, _ := do(clk, client, first)
+			require.NoError(t, res.err)
+			assert.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode)
+
+			second, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1.0/me", nil)
+			res, waits := do(clk, client, second)
+			require.NoError(t, res.err)
+			assert.Equal(t, http.StatusOK, res.resp.StatusCode)
+			assert.Equal(t, []time.Duration{delay}, waits, "held for the policy's delay")
+		})
+	}
+}
