@@ -41,7 +41,6 @@ type result struct {
 	open openAPI
 	apis []apiResult // per budget, for scenarios that name them
 
-
 	// completions are the times, since the run started, at which requests
 	// succeeded, in order.
 	completions []time.Duration
