@@ -141,7 +141,7 @@ type prefix struct {
 
 // scope is what one throttle matched: its own pacer and waiters.
 type scope struct {
-	api     string
+	key     string
 	pacer   pacer
 	waiters waiterHeap
 	since   time.Time // its first throttle
@@ -230,9 +230,6 @@ func (q *Queue) match(s *hostState, t *target, now time.Time) (h hold) {
 	}
 	for n := 1; n <= len(t.segs); n++ {
 		k := t.prefix(n)
-		if sc, ok := s.scopes[k]; ok && q.recovering(sc, now) {
-			h.scope = sc
-		}
 		p, ok := s.prefixes[k]
 		if !ok {
 			continue
@@ -250,22 +247,10 @@ func (q *Queue) match(s *hostState, t *target, now time.Time) (h hold) {
 	if !h.inferred.After(later(now, h.until)) {
 		h.inferred, h.probe = time.Time{}, nil
 	}
+	if sc, ok := s.scopes[t.scope()]; ok && q.recovering(sc, now) {
+		h.scope = sc
+	}
 	return h
-}
-
-// throttleScope returns the key of the scope a throttle of t feeds: its
-// deepest prefix that the 5-n rule holds by, or else its API.
-func throttleScope(s *hostState, t *target) string {
-	for n := len(t.segs); n > 1; n-- {
-		k := t.prefix(n)
-		if p, ok := s.prefixes[k]; ok && len(p.ends) >= max(segmentRuleBase-n, 1) {
-			return k
-		}
-	}
-	if len(t.segs) == 0 {
-		return ""
-	}
-	return t.segs[0]
 }
 
 // record records that t was throttled until end.
@@ -289,10 +274,10 @@ func (q *Queue) record(s *hostState, t *target, sent, now, end time.Time) {
 		p.seq = s.seq
 	}
 	s.lastEnd = later(s.lastEnd, end)
-	key := throttleScope(s, t)
+	key := t.scope()
 	sc := s.scopes[key]
 	if sc == nil {
-		sc = &scope{api: firstOf(t.segs), pacer: q.newPacer(now), since: now}
+		sc = &scope{key: key, pacer: q.newPacer(now), since: now}
 		s.scopes[key] = sc
 		s.settleCold(sc)
 	}
@@ -306,13 +291,6 @@ func (q *Queue) record(s *hostState, t *target, sent, now, end time.Time) {
 	}
 }
 
-func firstOf(segs []string) string {
-	if len(segs) == 0 {
-		return ""
-	}
-	return segs[0]
-}
-
 // succeeded feeds a success to the pacer of its scope. Until its host's
 // first throttle it costs a few atomic operations, not the lock.
 func (q *Queue) succeeded(s *hostState, req *http.Request, sent time.Time, back func() time.Time) {
@@ -320,8 +298,8 @@ func (q *Queue) succeeded(s *hostState, req *http.Request, sent time.Time, back 
 		if testHookCold != nil {
 			testHookCold()
 		}
-		api := q.apiOf(req.URL.Path)
-		c := s.count(api)
+		key := q.scopeOf(req.URL.Path)
+		c := s.count(key)
 		if c == nil {
 			return
 		}
@@ -333,7 +311,7 @@ func (q *Queue) succeeded(s *hostState, req *http.Request, sent time.Time, back 
 		// before this success was in it.
 		s.mu.Lock()
 		for _, sc := range s.scopes {
-			if sc.api == api {
+			if sc.key == key {
 				s.settleCold(sc)
 			}
 		}
@@ -346,7 +324,7 @@ func (q *Queue) succeeded(s *hostState, req *http.Request, sent time.Time, back 
 	sc := q.match(s, t, back()).scope
 	if sc == nil {
 		// Counted for the burst of a scope this API may get.
-		if c := s.count(firstOf(t.segs)); c != nil {
+		if c := s.count(t.scope()); c != nil {
 			c.add(sent)
 		}
 		return
@@ -387,7 +365,7 @@ var testHookCold func()
 // so that a success either is in the count it takes or sees active and
 // settles itself.
 func (s *hostState) settleCold(sc *scope) {
-	if c, ok := s.cold.Load(sc.api); ok {
+	if c, ok := s.cold.Load(sc.key); ok {
 		if n, start := c.(*waveCount).take(sc.since); n > 0 {
 			sc.pacer.settle(n, start)
 		}

@@ -156,15 +156,15 @@ func TestQueueReleaseOrder(t *testing.T) {
 			[]acquired{{id: 0, at: 2 * s}, {id: 1, at: 2100 * time.Millisecond}, {id: 2, at: 2200 * time.Millisecond}, {id: 3, at: 2300 * time.Millisecond}},
 		},
 		{
-			"three throttles below the root share only users: the others are paced in its scope, not held",
+			"three throttles below the root share only users: its items are paced in its scope, not held, and another collection is neither",
 			[]throttle{{graph + "/v1.0/users/a", 2 * s}, {graph + "/v1.0/users/b", 2 * s}, {graph + "/v1.0/users/c", 2 * s}},
 			[]waiting{{graph + "/v1.0/users/x", 0}, {graph + "/v1.0/users/a?$select=id", 0}, {graph + "/v1.0/users/b", 0}, {graph + "/v1.0/users/y/manager", 0}},
-			[]acquired{{id: 0, at: 0}, {id: 3, at: 100 * time.Millisecond}, {id: 1, at: 2 * s}, {id: 2, at: 2100 * time.Millisecond}},
+			[]acquired{{id: 0, at: 0}, {id: 3, at: 0}, {id: 1, at: 2 * s}, {id: 2, at: 2100 * time.Millisecond}},
 		},
 		{
 			"an inferred hold lets one probe through and holds the rest",
 			[]throttle{{graph + "/v1.0/users/a", 2 * s}, {graph + "/v1.0/users/b", 2 * s}, {graph + "/v1.0/users/c", 2 * s}, {graph + "/v1.0/users/d", 2 * s}},
-			[]waiting{{graph + "/v1.0/users/x", 0}, {graph + "/v1.0/users/y", 0}, {graph + "/v1.0/users/z/manager", 0}},
+			[]waiting{{graph + "/v1.0/users/x", 0}, {graph + "/v1.0/users/y", 0}, {graph + "/v1.0/users/w", 0}},
 			[]acquired{{id: 0, at: 0}, {id: 1, at: 2 * s}, {id: 2, at: 2100 * time.Millisecond}},
 		},
 		{

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -41,10 +42,10 @@ func TestSegmentsBelowRoot(t *testing.T) {
 			q := New(clocktest.New(t0), options.QueueOptions{Roots: tt.roots})
 			assert.Equal(t, tt.want, q.segments(tt.path))
 			want := ""
-			if len(tt.want) > 0 {
-				want = tt.want[0]
+			if n := len(tt.want); n > 0 {
+				want = strings.Join(tt.want[:max(n-1, 1)], "/")
 			}
-			assert.Equal(t, want, q.apiOf(tt.path), "the API")
+			assert.Equal(t, want, q.scopeOf(tt.path), "the throttle scope")
 		})
 	}
 }

@@ -82,22 +82,33 @@ func isVersion(seg string) bool {
 	return digits > 0
 }
 
-// apiOf returns the first segment of path below its service root, which
-// names the API a request calls; "" when there is none. It does not split
-// the whole path, so that counting a success allocates nothing.
-func (q *Queue) apiOf(path string) string {
+// scope returns the key of t's throttle scope: the collection it reads or
+// writes, its segments below the root but the last (/v1.0/users/{id} is in
+// users, /v1.0/users/{id}/messages in users/{id}), or its only segment.
+func (t *target) scope() string { return t.prefix(max(len(t.segs)-1, min(len(t.segs), 1))) }
+
+// scopeOf returns the key of the throttle scope of a request to path, as
+// target.scope does, without splitting the whole path, so that counting a
+// success allocates nothing.
+func (q *Queue) scopeOf(path string) string {
 	rest := path
+	rooted := false
 	for _, root := range q.roots {
 		if r, ok := strings.CutPrefix(path, root); ok && (r == "" || r[0] == '/') {
-			return firstSegment(r)
+			rest, rooted = r, true
+			break
 		}
 	}
-	seg := firstSegment(rest)
-	if isVersion(seg) {
-		_, rest, _ = strings.Cut(strings.TrimLeft(rest, "/"), "/")
-		return firstSegment(rest)
+	rest = strings.Trim(rest, "/")
+	if !rooted {
+		if first, after, _ := strings.Cut(rest, "/"); isVersion(first) {
+			rest = strings.TrimLeft(after, "/")
+		}
 	}
-	return seg
+	if i := strings.LastIndexByte(rest, '/'); i >= 0 {
+		return strings.TrimRight(rest[:i], "/")
+	}
+	return rest
 }
 
 func firstSegment(path string) string {
