@@ -4,7 +4,7 @@
 // A Queue keeps, per host, the URLs, paths and path prefixes the server
 // throttled, and per throttle scope (what one throttle matched) a pacer and
 // the requests waiting for it. A retry loop calls Admit before each attempt
-// and Report with each answer; a request to a host or scope that was never
+// and Report with each answer; a request to a host that was never
 // throttled costs a map lookup and no lock.
 package throttle
 
