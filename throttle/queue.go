@@ -2,8 +2,8 @@
 // throttled, and releases them at a pace learned from the server's answers.
 //
 // A Queue keeps, per host, the URLs, paths and path prefixes the server
-// throttled, and per throttle scope (what one throttle matched) a pacer and
-// the requests waiting for it. A retry loop calls Admit before each attempt
+// throttled, and per throttle scope (the collection a throttled target is
+// in) a pacer and the requests waiting for it. A retry loop calls Admit before each attempt
 // and Report with each answer; a request to a host that was never
 // throttled costs a map lookup and no lock.
 package throttle
@@ -139,7 +139,7 @@ type prefix struct {
 	confirmed time.Time
 }
 
-// scope is what one throttle matched: its own pacer and waiters.
+// scope is a collection that was throttled: its own pacer and waiters.
 type scope struct {
 	key     string
 	pacer   pacer
@@ -215,8 +215,8 @@ type hold struct {
 	// segments would, and probe the prefix they come from.
 	inferred time.Time
 	probe    *prefix
-	// scope paces it: the deepest of its prefixes whose throttles are
-	// recent. nil when none is.
+	// scope paces it: its collection's, when that had a throttle within
+	// the recovery window; nil otherwise.
 	scope *scope
 }
 
