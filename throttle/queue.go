@@ -144,7 +144,7 @@ type scope struct {
 	key     string
 	pacer   pacer
 	waiters waiterHeap
-	since   time.Time // its first throttle
+	since   time.Time // its first throttle; zero while it has had none
 	lastEnd time.Time
 	seq     uint64
 }
@@ -274,11 +274,9 @@ func (q *Queue) record(s *hostState, t *target, sent, now, end time.Time) {
 		p.seq = s.seq
 	}
 	s.lastEnd = later(s.lastEnd, end)
-	key := t.scope()
-	sc := s.scopes[key]
-	if sc == nil {
-		sc = &scope{key: key, pacer: q.newPacer(now), since: now}
-		s.scopes[key] = sc
+	sc := q.scopeFor(s, t.scope(), now)
+	if sc.since.IsZero() {
+		sc.since = now
 		s.settleCold(sc)
 	}
 	sc.lastEnd = later(sc.lastEnd, end)
@@ -289,6 +287,16 @@ func (q *Queue) record(s *hostState, t *target, sent, now, end time.Time) {
 	for _, sc := range s.scopes {
 		sc.kick()
 	}
+}
+
+// scopeFor returns the scope of key, made at now when there is none.
+func (q *Queue) scopeFor(s *hostState, key string, now time.Time) *scope {
+	sc := s.scopes[key]
+	if sc == nil {
+		sc = &scope{key: key, pacer: q.newPacer(now)}
+		s.scopes[key] = sc
+	}
+	return sc
 }
 
 // succeeded feeds a success to the pacer of its scope. Until its host's
@@ -596,10 +604,11 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 	}
 	sc := h.scope
 	if sc == nil {
-		// Held without a recent throttle to pace it: only a hold that
-		// outlived its scope's pruning can be.
-		s.mu.Unlock()
-		return Pass{}, sleepUntil(ctx, q.clock, eligible)
+		// Held, by inference or by a hold that outlived its scope, in a
+		// collection that was not throttled lately: it waits in that
+		// collection's queue, so that one probe goes at a time and the
+		// rest do not all leave at the hold's end at once.
+		sc = q.scopeFor(s, t.scope(), time.Time{})
 	}
 	s.seq++
 	w := &waiter{notBefore: notBefore, eligible: eligible, seq: s.seq, wake: make(chan struct{}, 1)}
