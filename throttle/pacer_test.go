@@ -274,3 +274,23 @@ func TestAdaptivePacerUnexplainedThrottle(t *testing.T) {
 		})
 	}
 }
+
+// TestAdaptivePacerFitBoundedByReleases checks that a search whose scope
+// had nothing to release, and whose allowed rate grew meanwhile, fits no
+// more than twice the rate its releases reached: a few releases that ran
+// a small bucket dry say nothing of rates far above theirs.
+func TestAdaptivePacerFitBoundedByReleases(t *testing.T) {
+	p := newAdaptivePacer(t0)
+	p.settle(2, t0)
+	p.throttled(t0, t0, t0.Add(time.Second)) // the search starts at 1 s
+	require.Equal(t, pacerSearching, p.state)
+	// Nothing to release for 1.2 s: the allowed rate is thousands a second.
+	at := t0.Add(2200 * time.Millisecond)
+	require.Greater(t, p.rateAt(at), 1000.0)
+	for i := range 3 {
+		p.sent(at.Add(time.Duration(i) * time.Millisecond))
+	}
+	p.throttled(at.Add(2*time.Millisecond), at.Add(3*time.Millisecond), at.Add(time.Second))
+	require.Equal(t, pacerSteady, p.state)
+	assert.LessOrEqual(t, p.base, 2*3/peakWindow.Seconds(), "fitted rate")
+}
