@@ -136,12 +136,13 @@ var scenarios = []scenario{
 		title: "(e) a Graph mix on one host",
 		about: "Graph-shaped budgets (`throttletest.GraphBudgets`): Identity `/v1.0/users/{i}` at 400/s (burst 40), ten mailboxes `/v1.0/users/mbx{m}/messages` at 20/s each (burst 2), " +
 			"`/v1.0/sites/{i}` at 100/s (burst 10), and 5 % of requests to `/v1.0/drives/d1/items/{j}`, unthrottled, where one item in 20 is locked for 2 s (429 on its own). " +
-			"GET and POST use the same paths. Each budget is reported against its own physical limit; the drive against the whole workload's.",
+			"GET and POST use the same paths. Each budget is reported against its own physical limit; the drive against the whole workload's plus the 2 s lock, since its last locked item answers only when its lock ends.",
 		config: func(p params) throttletest.Config {
 			b := func(rate float64) throttletest.Bucket { return throttletest.Bucket{Rate: rate, Burst: int(rate / 10)} }
 			return throttletest.Config{Rules: throttletest.GraphBudgets{
 				Identity: b(400), Mailbox: b(20), Sites: b(100),
-				Locked: func(_, item string) bool { n, _ := strconv.Atoi(item); return n%20 == 0 },
+				Locked:    func(_, item string) bool { n, _ := strconv.Atoi(item); return n%20 == 0 },
+				LockedFor: graphLocked,
 			}.Rules()}
 		},
 		target: func(srv *throttletest.Server, method string, i int) (string, bool) {
@@ -192,8 +193,13 @@ func graphWhole(p params) time.Duration {
 	return slices.Max(slices.Collect(maps.Values(apiLimits(p.n, graphAPIOf, graphRate, 0))))
 }
 
+// graphLocked is how long scenario (e)'s locked items stay locked.
+const graphLocked = 2 * time.Second
+
 func graphLimits(p params) map[string]time.Duration {
-	return apiLimits(p.n, graphAPIOf, graphRate, graphWhole(p))
+	// The drive has no budget, but its last locked item, reached at the
+	// earliest as the workload ends, answers only once its lock ends.
+	return apiLimits(p.n, graphAPIOf, graphRate, graphWhole(p)+graphLocked)
 }
 
 // apiBelowVersion returns the first segment of path after /v1.0.
