@@ -111,10 +111,5 @@ func (q *Queue) scopeOf(path string) string {
 	return rest
 }
 
-func firstSegment(path string) string {
-	seg, _, _ := strings.Cut(strings.TrimLeft(path, "/"), "/")
-	return seg
-}
-
 // prefix returns the key of the first n segments.
 func (t *target) prefix(n int) string { return strings.Join(t.segs[:n], "/") }
