@@ -37,6 +37,8 @@ func writeTable(w io.Writer, g group, p params) {
 	switch {
 	case g.scenario.limitAbout != nil:
 		fmt.Fprint(w, g.scenario.limitAbout(p))
+	case g.scenario.key == "d", g.scenario.key == "e":
+		fmt.Fprintf(w, " (the slowest budget's; each budget's own is below)")
 	case g.scenario.key == "b":
 		fmt.Fprintf(w, " (the outage)")
 	case g.scenario.batch:
@@ -62,6 +64,7 @@ func writeTable(w io.Writer, g group, p params) {
 		}
 		fmt.Fprintln(w)
 	}
+	writeAPIs(w, g)
 	var notes []string
 	for _, r := range g.results {
 		if r.firstErr != "" {
@@ -72,6 +75,30 @@ func writeTable(w io.Writer, g group, p params) {
 		fmt.Fprintf(w, "\n%s\n", strings.Join(notes, "\n"))
 	}
 	fmt.Fprintln(w)
+}
+
+// writeAPIs writes, for a scenario with several budgets, each budget's
+// time over its own physical limit, with its attempts per request and its
+// lost requests in brackets.
+func writeAPIs(w io.Writer, g group) {
+	if g.scenario.apis == nil || len(g.results) == 0 || len(g.results[0].apis) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nEach budget against its own physical limit: wall/limit (attempts/request, lost).\n\n")
+	head, rule := "| client |", "|---|"
+	for _, a := range g.results[0].apis {
+		head += fmt.Sprintf(" %s (%s) |", a.name, secs(a.limit))
+		rule += "--:|"
+	}
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, rule)
+	for _, r := range g.results {
+		fmt.Fprintf(w, "| %s |", r.client.name)
+		for _, a := range r.apis {
+			fmt.Fprintf(w, " %.2fx (%.2f, %d) |", a.overLimit(), float64(a.attempts)/float64(max(a.n, 1)), a.lost)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // writeSummary writes, for scenario (a), the two figures the throttle

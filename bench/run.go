@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"runtime"
@@ -38,11 +39,22 @@ type result struct {
 
 	// For split scenarios, the requests to the API that is not throttled.
 	open openAPI
+	apis []apiResult // per budget, for scenarios that name them
 
 	// completions are the times, since the run started, at which requests
 	// succeeded, in order.
 	completions []time.Duration
 }
+
+// apiResult is what one budget's requests took.
+type apiResult struct {
+	name        string
+	n, lost     int
+	attempts    int
+	wall, limit time.Duration // the last completion, and the budget's own limit
+}
+
+func (a apiResult) overLimit() float64 { return a.wall.Seconds() / a.limit.Seconds() }
 
 type openAPI struct {
 	n         int
@@ -170,6 +182,9 @@ func run(cl client, sc scenario, method string, p params) (result, error) {
 		}
 	}
 	res.open.p99 = percentile(openLatencies, 0.99)
+	if sc.apis != nil {
+		res.apis = perAPI(sc, p, outcomes, srv.Requests())
+	}
 	return res, nil
 }
 
@@ -246,4 +261,29 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 	slices.Sort(s)
 	rank := int(math.Ceil(q*float64(len(s)))) - 1
 	return s[min(max(rank, 0), len(s)-1)]
+}
+
+// perAPI sums the outcomes of each budget's requests, in name order.
+func perAPI(sc scenario, p params, outcomes []outcome, seen []throttletest.Request) []apiResult {
+	apiOf, limits := sc.apis(p)
+	by := map[string]*apiResult{}
+	for name, limit := range limits {
+		by[name] = &apiResult{name: name, limit: limit}
+	}
+	for i, o := range outcomes {
+		a := by[apiOf(i)]
+		a.n++
+		if o.err != nil || o.status < 200 || o.status >= 300 {
+			a.lost++
+		}
+		a.wall = max(a.wall, o.completed)
+	}
+	for _, rq := range seen {
+		by[apiOf(requestIndex(rq.ID))].attempts += rq.Attempts
+	}
+	out := make([]apiResult, 0, len(by))
+	for _, name := range slices.Sorted(maps.Keys(by)) {
+		out = append(out, *by[name])
+	}
+	return out
 }

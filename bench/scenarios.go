@@ -2,7 +2,11 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
@@ -42,6 +46,10 @@ type scenario struct {
 	// for the line above each table. nil: the throttled requests at the
 	// rate and burst of the command line.
 	limitAbout func(p params) string
+	// apis, when set, names the budget request i draws from and that
+	// budget's own physical limit for the workload, so that each is
+	// reported against its own limit.
+	apis func(p params) (api func(i int) string, limits map[string]time.Duration)
 }
 
 var scenarios = []scenario{
@@ -120,6 +128,53 @@ var scenarios = []scenario{
 		limit: func(p params) time.Duration { return max(perSecond(p.n, p.rate)-time.Second, time.Millisecond) },
 		batch: true,
 	},
+	{
+		key:   "d",
+		title: "(d) three APIs on one host, each with its own bucket",
+		about: "GET `/v1.0/{api}/{i}`, POST `/v1.0/{api}`, with `users` at 400/s (burst 40), `mail` at 40/s (burst 4) and `files` at 100/s (burst 10), " +
+			"requests spread in proportion to the rates. Each API is reported against its own physical limit, (its requests) / (its rate).",
+		config: func(p params) throttletest.Config {
+			var rules []throttletest.Rule
+			for _, a := range threeAPIs {
+				rules = append(rules, throttletest.Rule{
+					Name:    a.name,
+					Match:   func(r *http.Request) (string, bool) { return "", apiBelowVersion(r.URL.Path) == a.name },
+					Limiter: throttletest.BucketLimiter(throttletest.Bucket{Rate: a.rate, Burst: int(a.rate / 10)}),
+				})
+			}
+			return throttletest.Config{Rules: rules}
+		},
+		target: func(srv *throttletest.Server, method string, i int) (string, bool) {
+			return underVersion(srv.URL, method, threeAPIOf(i), i), true
+		},
+		limit: func(p params) time.Duration { return slices.Max(slices.Collect(maps.Values(threeAPILimits(p)))) },
+		apis: func(p params) (func(int) string, map[string]time.Duration) {
+			return threeAPIOf, threeAPILimits(p)
+		},
+	},
+	{
+		key:   "e",
+		title: "(e) a Graph mix on one host",
+		about: "Graph-shaped budgets (`throttletest.GraphBudgets`): Identity `/v1.0/users/{i}` at 400/s (burst 40), ten mailboxes `/v1.0/users/mbx{m}/messages` at 20/s each (burst 2), " +
+			"`/v1.0/sites/{i}` at 100/s (burst 10), and 5 % of requests to `/v1.0/drives/d1/items/{j}`, unthrottled, where one item in 20 is locked for 2 s (429 on its own). " +
+			"GET and POST use the same paths. Each budget is reported against its own physical limit; the drive against the whole workload's plus the 2 s lock, since its last locked item answers only when its lock ends.",
+		config: func(p params) throttletest.Config {
+			b := func(rate float64) throttletest.Bucket { return throttletest.Bucket{Rate: rate, Burst: int(rate / 10)} }
+			return throttletest.Config{Rules: throttletest.GraphBudgets{
+				Identity: b(400), Mailbox: b(20), Sites: b(100),
+				Locked:    func(_, item string) bool { n, _ := strconv.Atoi(item); return n%20 == 0 },
+				LockedFor: graphLocked,
+			}.Rules()}
+		},
+		target: func(srv *throttletest.Server, method string, i int) (string, bool) {
+			_, path := graphMix(i)
+			return srv.URL + "/v1.0/" + path, true
+		},
+		limit: func(p params) time.Duration { return graphWhole(p) },
+		apis: func(p params) (func(int) string, map[string]time.Duration) {
+			return graphAPIOf, graphLimits(p)
+		},
+	},
 }
 
 // limiterScenarios are servers whose limiter is not a plain token bucket
@@ -127,7 +182,7 @@ var scenarios = []scenario{
 var limiterScenarios = []scenario{
 	{
 		key:   "retry-after-3",
-		title: "(d) Retry-After 3 s on a token bucket",
+		title: "(f) Retry-After 3 s on a token bucket",
 		about: "The token bucket of (a), but every 429 names `Retry-After: 3` however soon a token comes, as services with a constant Retry-After do. " +
 			"Physical limit: n / rate.",
 		config: func(p params) throttletest.Config {
@@ -142,7 +197,7 @@ var limiterScenarios = []scenario{
 	},
 	{
 		key:   "fixed-window",
-		title: "(e) fixed window",
+		title: "(g) fixed window",
 		about: "A quota of n/2 requests per 10 s window (1000 at the default n), the whole quota released the moment the next window opens; " +
 			"the first window opens at the first request. Physical limit: the window floor, the start of the window the last request fits in.",
 		config: func(p params) throttletest.Config {
@@ -159,7 +214,7 @@ var limiterScenarios = []scenario{
 	},
 	{
 		key:   "rate-change",
-		title: "(f) rate halving at 1/3, restored at 2/3",
+		title: "(h) rate halving at 1/3, restored at 2/3",
 		about: "The token bucket of (a), whose rate halves a third of the physical limit after the first request and comes back at two thirds. " +
 			"Physical limit T with n = burst + rate·T/3 + rate/2·T/3 + rate·T/3, so T = 6 (n − burst) / (5 rate).",
 		config: func(p params) throttletest.Config {
@@ -178,7 +233,7 @@ var limiterScenarios = []scenario{
 	},
 	{
 		key:   "headers-draft03",
-		title: "(g) token bucket announcing draft-03 RateLimit headers",
+		title: "(i) token bucket announcing draft-03 RateLimit headers",
 		about: "The token bucket of (a), announcing `RateLimit-Limit` (the burst), `RateLimit-Remaining` and `RateLimit-Reset` (until full, in seconds with up to 3 decimals) " +
 			"once 80 % of the burst is spent, as SharePoint does. Physical limit: n / rate.",
 		config: func(p params) throttletest.Config {
@@ -193,7 +248,7 @@ var limiterScenarios = []scenario{
 	},
 	{
 		key:   "headers-current",
-		title: "(h) token bucket announcing the current draft's RateLimit headers",
+		title: "(j) token bucket announcing the current draft's RateLimit headers",
 		about: "The token bucket of (a), announcing `RateLimit-Policy: \"default\";q=<burst>;w=<burst/rate>` and `RateLimit: \"default\";r=<tokens>;t=<until full>` on every answer. " +
 			"Physical limit: n / rate.",
 		config: func(p params) throttletest.Config {
@@ -241,6 +296,112 @@ func windowFloor(n int, w throttletest.Window) time.Duration {
 // rate for the middle third of it takes to admit p.n requests.
 func rateChangeLimit(p params) time.Duration {
 	return time.Duration(6 * float64(max(p.n-p.burst, 1)) / (5 * p.rate) * float64(time.Second))
+}
+
+func threeAPIOf(i int) string {
+	switch k := i % 54; {
+	case k < 40:
+		return "users"
+	case k < 44:
+		return "mail"
+	}
+	return "files"
+}
+
+func threeAPILimits(p params) map[string]time.Duration {
+	rate := func(api string) float64 {
+		for _, a := range threeAPIs {
+			if a.name == api {
+				return a.rate
+			}
+		}
+		return 0
+	}
+	return apiLimits(p.n, threeAPIOf, rate, 0)
+}
+
+func graphAPIOf(i int) string { api, _ := graphMix(i); return api }
+
+func graphRate(api string) float64 {
+	if strings.HasPrefix(api, "mailbox") {
+		return graphRates["mailbox"]
+	}
+	return graphRates[api]
+}
+
+// graphWhole is the least time the whole Graph mix can take: its slowest
+// budget's limit.
+func graphWhole(p params) time.Duration {
+	return slices.Max(slices.Collect(maps.Values(apiLimits(p.n, graphAPIOf, graphRate, 0))))
+}
+
+// graphLocked is how long scenario (e)'s locked items stay locked.
+const graphLocked = 2 * time.Second
+
+func graphLimits(p params) map[string]time.Duration {
+	// The drive has no budget, but its last locked item, reached at the
+	// earliest as the workload ends, answers only once its lock ends.
+	return apiLimits(p.n, graphAPIOf, graphRate, graphWhole(p)+graphLocked)
+}
+
+// apiBelowVersion returns the first segment of path after /v1.0.
+func apiBelowVersion(path string) string {
+	seg, _, _ := strings.Cut(strings.TrimPrefix(path, "/v1.0/"), "/")
+	return seg
+}
+
+// threeAPIs are the budgets of scenario (d): one host, three APIs with
+// buckets of their own, each holding a tenth of a second of its rate.
+var threeAPIs = []struct {
+	name string
+	rate float64
+}{{"users", 400}, {"mail", 40}, {"files", 100}}
+
+// graphMix is scenario (e)'s mix: of every 20 requests, one goes to a
+// drive where one item in 20 is locked, and the others to Identity, ten
+// mailboxes and SharePoint sites in proportion to their budgets.
+func graphMix(i int) (api, path string) {
+	if i%20 == 0 {
+		return "drive", fmt.Sprintf("drives/d1/items/%d", i/20)
+	}
+	seq := i - i/20 - 1 // index among the requests that are not the drive's
+	switch k := seq % 7; {
+	case k < 4:
+		return "identity", fmt.Sprintf("users/%d", seq)
+	case k < 6:
+		m := (seq / 7) % 10
+		return fmt.Sprintf("mailbox %d", m), fmt.Sprintf("users/mbx%d/messages", m)
+	default:
+		return "sites", fmt.Sprintf("sites/%d", seq)
+	}
+}
+
+// graphRates are the budgets of scenario (e), requests per second.
+var graphRates = map[string]float64{"identity": 400, "mailbox": 20, "sites": 100}
+
+// apiLimits counts the requests of each API among n and returns each
+// API's physical limit at its rate; an API without a rate gets the
+// workload's whole limit.
+func apiLimits(n int, api func(i int) string, rate func(api string) float64, whole time.Duration) map[string]time.Duration {
+	count := map[string]int{}
+	for i := range n {
+		count[api(i)]++
+	}
+	out := map[string]time.Duration{}
+	for a, c := range count {
+		if r := rate(a); r > 0 {
+			out[a] = perSecond(c, r)
+		} else {
+			out[a] = whole
+		}
+	}
+	return out
+}
+
+// underVersion is the path of a collection below Graph's version segment:
+// GET reads item i of it, POST creates one in it.
+func underVersion(base, method, collection string, i int) string {
+	return item(base+"/v1.0", method, collection, i)
 }
 
 // item is the URL of request i: a GET reads one item of the collection,

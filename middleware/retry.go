@@ -23,6 +23,7 @@ import (
 
 	"github.com/kiota-resilience/kiota-resilience-go/observability"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
+	"github.com/kiota-resilience/kiota-resilience-go/throttle"
 )
 
 // ErrAttemptTimeout is wrapped by the error of an attempt that did not get
@@ -37,7 +38,7 @@ type RetryHandler struct {
 	policy options.Policy // opts.EffectivePolicy(), built once
 	limits options.Limits // opts.Limits()
 	clock  options.Clock
-	queue  *queue // nil when the handler's options turn it off
+	queue  *throttle.Queue // nil when the handler's options turn it off
 	inst   *observability.Instruments
 	stats  stats
 }
@@ -65,7 +66,7 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 		clock: clock, inst: observability.NewInstruments(opts.MeterProvider),
 	}
 	if !opts.Queue.Disabled {
-		h.queue = newQueue(clock, opts.Queue)
+		h.queue = throttle.New(clock, opts.Queue)
 	}
 	return h, nil
 }
@@ -145,15 +146,10 @@ type run struct {
 	index    int
 	req      *http.Request
 	body     replayer
-	tgt      *target
-	host     *hostState // the queue's state of the request's host, once looked up
 	start    time.Time
 	waited   time.Duration // cumulative time spent between attempts
 	obs      observer      // reports the request's signals; see observe.go
 	batch    *batchRun     // completes a JSON batch; nil for other requests
-	// holdLimit names the limit the queue's deadline for the next attempt
-	// comes from, for when a hold would pass it.
-	holdLimit string
 	// current is the response of the attempt being judged, open until it
 	// becomes last; last and lastErr are the outcome of the latest
 	// attempt, returned if no further attempt is made.
@@ -186,10 +182,7 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 	notBefore := r.start
 	actx := ctx // the current attempt's context: carries its span
 	for retry := 0; ; retry++ {
-		sentAt, err := r.admit(ctx, retry, notBefore)
-		if errors.Is(err, errHoldTooLong) {
-			return r.giveUp(retry, r.holdLimit, nil)
-		}
+		pass, err := r.admit(ctx, retry, notBefore)
 		if err != nil {
 			r.drop()
 			return nil, r.canceled(ctx, retry)
@@ -208,13 +201,15 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 		r.current = resp
 		back := reading{clock: r.h.clock} // when the attempt came back
 		r.obs.sent(ctx, err)
+		// Every admitted attempt is reported, a canceled one too, so that a
+		// probe it was does not hold its scope.
+		r.observe(resp, err, pass, retry+1, &back)
 		if err != nil && ctx.Err() != nil {
 			wrote.release()
 			discard(resp)
 			r.current = nil
 			return nil, r.canceled(ctx, retry+1)
 		}
-		r.observe(resp, err, sentAt, &back)
 		stop := r.classify(attemptReq, resp, err, wrote, retry+1)
 		wrote.release()
 		var delay time.Duration
@@ -255,113 +250,125 @@ func (r *reading) now() time.Time {
 }
 
 // admit waits until attempt retry+1 may be sent: after notBefore and, with
-// the queue on, once no throttle holds it and its host's pace allows. It
-// returns when the attempt was let go. A first attempt is never refused:
-// held past the limits it is sent at once and the server decides.
-func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (time.Time, error) {
+// the queue on, once no throttle holds it and its scope's pace allows. The
+// queue holds it no later than the request's own limits (its context's
+// deadline, MaxElapsed and RetriesTimeLimit, which a first attempt's hold
+// counts against too): past them it is sent and the server answers.
+func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (throttle.Pass, error) {
 	now := r.start // a first attempt is admitted as the request starts
 	if retry > 0 {
 		now = r.h.clock.Now()
 	}
 	if ctx.Err() != nil {
-		return now, ctx.Err()
+		return throttle.Pass{Sent: now}, ctx.Err()
 	}
-	deadline := r.start.Add(r.limits.MaxElapsed)
-	r.holdLimit = stopElapsed
-	if l := r.limits.RetriesTimeLimit; l > 0 && retry > 0 {
-		if limit := now.Add(l - r.waited); limit.Before(deadline) {
-			deadline, r.holdLimit = limit, stopTimeLimit
-		}
-	}
-	if d, ok := ctx.Deadline(); ok {
-		if limit := now.Add(time.Until(d)); limit.Before(deadline) {
-			deadline, r.holdLimit = limit, stopDeadline
-		}
-	}
+	var pass throttle.Pass
 	var err error
 	switch q := r.queue(); {
-	case q != nil && !idle(r.hostState(false)):
-		err = q.acquire(ctx, r.target(), notBefore, deadline, &r.obs)
-		if errors.Is(err, errHoldTooLong) && retry == 0 {
-			err = nil
+	case q != nil && q.Active(r.req):
+		deadline := r.start.Add(r.limits.MaxElapsed)
+		if l := r.limits.RetriesTimeLimit; l > 0 {
+			deadline = earlier(deadline, now.Add(l-r.waited))
 		}
+		if d, ok := ctx.Deadline(); ok {
+			// Context deadlines are wall-clock time, whatever the clock.
+			deadline = earlier(deadline, now.Add(time.Until(d)))
+		}
+		// The queue sees a copy of the observer, so that the request's run
+		// stays on the stack when the queue is not in the way.
+		obs := &queueObserver{r.obs}
+		pass, err = q.Admit(ctx, r.req, notBefore, deadline, obs)
+		r.obs = obs.observer
 	case notBefore.After(now):
 		err = sleepUntil(ctx, r.h.clock, notBefore)
+		pass.Sent = r.h.clock.Now()
 	default:
-		return now, nil // nothing to wait for
+		return throttle.Pass{Sent: now}, nil // nothing to wait for
 	}
-	sent := r.h.clock.Now()
-	if retry > 0 {
-		r.waited += sent.Sub(now)
-	}
-	return sent, err
+	r.waited += pass.Sent.Sub(now)
+	return pass, err
 }
 
+// sleepUntil waits until at, or until ctx ends.
+func sleepUntil(ctx context.Context, clock options.Clock, at time.Time) error {
+	d := at.Sub(clock.Now())
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}
+
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// queueObserver reports the queue's holds as the request's signals.
+type queueObserver struct{ observer }
+
+func (q *queueObserver) Held(ctx context.Context, expected time.Duration) { q.held(ctx, expected) }
+func (q *queueObserver) Released(ctx context.Context)                     { q.released(ctx) }
+
 // queue returns the handler's queue unless it is off for this request.
-func (r *run) queue() *queue {
+func (r *run) queue() *throttle.Queue {
 	if r.opts.Queue.Disabled {
 		return nil
 	}
 	return r.h.queue
 }
 
-// hostState returns the queue's state of the request's host, creating it
-// when create is set, or nil. A state, once made, is never replaced, so it
-// is looked up until found and then kept.
-func (r *run) hostState(create bool) *hostState {
-	if r.host == nil {
-		r.host = r.h.queue.state(r.req.URL.Host, create)
-	}
-	return r.host
-}
-
-// target returns the request as the queue's matching rules see it.
-func (r *run) target() *target {
-	if r.tgt == nil {
-		r.tgt = newTarget(r.req)
-	}
-	return r.tgt
-}
-
-// observe tells the queue what the server answered, so that requests to a
-// throttled target are held and the host's pace is learned. It runs even
-// for a request that opted out of the queue, for the others' sake. back is
-// when the response came; only a throttle needs it.
-func (r *run) observe(resp *http.Response, err error, sent time.Time, back *reading) {
+// observe tells the queue what the server answered to attempt n, so that
+// requests to a throttled target are held and its scope's pace is learned.
+// It runs even for a request that opted out of the queue, for the others'
+// sake. back is when the response came; only some answers need it.
+func (r *run) observe(resp *http.Response, err error, pass throttle.Pass, n int, back *reading) {
 	q := r.h.queue
-	if q == nil || err != nil || resp == nil || r.batch.answeredByItems() {
-		// A batch's items are throttled one by one: its stand-in
-		// response says nothing of the batch's own URL.
+	if q == nil {
 		return
 	}
-	var ra time.Duration
-	switch resp.StatusCode {
-	case http.StatusTooManyRequests:
+	outcome, hold := throttle.Failed, time.Duration(0)
+	switch {
+	case err != nil || resp == nil:
+	case r.batch.answeredByItems():
+		// The batch itself was answered; its items are throttled one by
+		// one, and its stand-in says nothing of the batch's own URL.
+		outcome = throttle.Succeeded
+	case resp.StatusCode == http.StatusTooManyRequests:
+		outcome = throttle.Throttled
 		var has bool
-		if ra, has = RetryAfter(resp.Header, back.now()); !has {
-			ra = defaultThrottle
+		if hold, has = RetryAfter(resp.Header, back.now()); !has {
+			hold = r.policyDelay(resp, n, back.now())
 		}
-	case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case resp.StatusCode == http.StatusServiceUnavailable, resp.StatusCode == http.StatusGatewayTimeout:
 		var has bool
-		if ra, has = RetryAfter(resp.Header, back.now()); !has {
-			return
+		if hold, has = RetryAfter(resp.Header, back.now()); has {
+			outcome = throttle.Throttled
 		}
-	default:
-		if resp.StatusCode < 500 {
-			r.hostState(true).succeeded(sent, apiOf(r.req.URL.Path), back)
-		}
-		return
+	case resp.StatusCode < 500:
+		outcome = throttle.Succeeded
 	}
-	now := back.now()
-	end := now.Add(ra)
-	if end.Before(now) { // saturated Retry-After
-		end = time.Unix(1<<62, 0)
-	}
-	q.throttled(r.target(), sent, now, end)
+	q.Report(r.req, pass, outcome, hold, back.now)
 }
 
-// defaultThrottle is how long a 429 without Retry-After holds its target.
-const defaultThrottle = time.Second
+// policyDelay is how long a 429 without a usable Retry-After holds its
+// target: the delay the request's policy gives retry n, or none when the
+// policy would not retry.
+func (r *run) policyDelay(resp *http.Response, n int, now time.Time) time.Duration {
+	delay, ok := r.policy.Next(options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: r.req, Response: resp})
+	if !ok {
+		return 0
+	}
+	return delay
+}
 
 // attemptRequest clones the caller's request for attempt retry+1 with a
 // fresh body, so that neither this handler nor the handlers after it can

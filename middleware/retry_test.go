@@ -658,8 +658,8 @@ func TestRetryHandler_CancelWhileHeldByQueue(t *testing.T) {
 	assert.Empty(t, clk.Pending(), "its timer is stopped")
 }
 
-func TestRetryHandler_HeldPastMaxElapsedReturnsLastResponse(t *testing.T) {
-	srv := newScripted(t, throttled("60"), reply{status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": "1"}, body: "own"})
+func TestRetryHandler_HeldPastMaxElapsedIsSent(t *testing.T) {
+	srv := newScripted(t, throttled("60"), reply{status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": "1"}}, reply{status: http.StatusOK, body: "ok"})
 	h, clk := newHandler(t, options.RetryHandlerOptions{MaxElapsed: 10 * time.Second})
 	client := newClient(t, h)
 
@@ -669,14 +669,41 @@ func TestRetryHandler_HeldPastMaxElapsedReturnsLastResponse(t *testing.T) {
 	res, _ := do(clk, client, first)
 	require.NoError(t, res.err)
 
-	// The second is sent at once (a first attempt is never refused: its
-	// hold would pass MaxElapsed), is throttled for 1 s, and its retry would
-	// be held until the path's 60 s: it gets its own last response, now.
+	// The second is sent at once (its hold would pass MaxElapsed), is
+	// throttled for 1 s, and its retry, which the path's 60 s would hold
+	// past MaxElapsed too, goes after that 1 s: the server answers.
 	second, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1.0/me", nil)
 	res, waits := do(clk, client, second)
 	require.NoError(t, res.err)
-	assert.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode)
-	assert.Equal(t, "own", res.body, "the kept response, whole")
-	assert.Empty(t, waits, "nothing waited for")
-	assert.Len(t, srv.attempts(), 2)
+	assert.Equal(t, http.StatusOK, res.resp.StatusCode)
+	assert.Equal(t, "ok", res.body)
+	assert.Equal(t, []time.Duration{time.Second}, waits, "only its own delay waited for")
+	assert.Len(t, srv.attempts(), 3)
+}
+
+// TestRetryHandler_ThrottleWithoutRetryAfterHoldsForPolicyDelay checks that
+// a 429 without a usable Retry-After holds its URL for the delay the
+// request's policy gives, not for a fixed time.
+func TestRetryHandler_ThrottleWithoutRetryAfterHoldsForPolicyDelay(t *testing.T) {
+	for _, delay := range []time.Duration{200 * time.Millisecond, 5 * time.Second} {
+		t.Run(delay.String(), func(t *testing.T) {
+			srv := newScripted(t, reply{status: http.StatusTooManyRequests}, reply{status: http.StatusOK, body: "ok"})
+			h, clk := newHandler(t, options.RetryHandlerOptions{})
+			client := newClient(t, h)
+
+			// The first request is throttled without Retry-After and does
+			// not retry; its policy would have waited delay.
+			ctx := context.WithValue(context.Background(), options.Key(), &options.RetryHandlerOptions{MaxRetries: -1, Policy: fixedPolicy(10, delay)})
+			first, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v1.0/me", nil)
+			res, _ := do(clk, client, first)
+			require.NoError(t, res.err)
+			assert.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode)
+
+			second, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1.0/me", nil)
+			res, waits := do(clk, client, second)
+			require.NoError(t, res.err)
+			assert.Equal(t, http.StatusOK, res.resp.StatusCode)
+			assert.Equal(t, []time.Duration{delay}, waits, "held for the policy's delay")
+		})
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 	"time"
 
 	abstractions "github.com/microsoft/kiota-abstractions-go"
@@ -134,6 +135,11 @@ func (o *RetryHandlerOptions) Validate() error {
 	if o.Queue.MaxTracked < 0 {
 		return invalid("RetryHandlerOptions", "Queue.MaxTracked", o.Queue.MaxTracked, "must not be negative")
 	}
+	for _, root := range o.Queue.Roots {
+		if !strings.HasPrefix(root, "/") || strings.Trim(root, "/") == "" {
+			return invalid("RetryHandlerOptions", "Queue.Roots", fmt.Sprintf("%q", root), "must be a path below \"/\", starting with \"/\"")
+		}
+	}
 	for _, code := range o.StatusCodes {
 		if code < 100 || code > 999 {
 			return invalid("RetryHandlerOptions", "StatusCodes", code, "is not an HTTP status code")
@@ -231,7 +237,7 @@ func (o *RetryHandlerOptions) Retryable(status int) bool {
 }
 
 // QueueOptions configures the throttle-aware queue that holds requests
-// back while their target is throttled (R14, R15). The zero value turns the
+// back while their target is throttled. The zero value turns the
 // queue on with its defaults.
 type QueueOptions struct {
 	// Disabled turns the queue off: every attempt is sent when its own
@@ -241,10 +247,18 @@ type QueueOptions struct {
 	// are still released through the queue's pacer, so that a release does
 	// not set off a new wave of throttling. 0: 10 s.
 	Recovery time.Duration
-	// MaxTracked bounds how many throttled URLs, paths and path prefixes the
-	// queue remembers per host; the ones that ended first are forgotten
-	// first. 0: 1024. Handler-wide: ignored on per-request options.
+	// MaxTracked bounds how many throttled URLs, paths, path prefixes and
+	// throttle scopes the queue remembers per host, of each kind; the ones
+	// throttled longest ago are forgotten first, and the newest throttle is
+	// always kept. 0: 1024. Handler-wide: ignored on per-request options.
 	MaxTracked int
+	// Roots are path prefixes that name a service root, such as
+	// "/api/data/v9.2": the queue's rules count a request's segments below
+	// the longest root its path starts with. Without a matching root, a
+	// leading version segment (Graph's v1.0 and beta, v1, v2.1) is the root,
+	// so that /v1.0/users/{id} and /v1.0/sites/root share no segment.
+	// Each must start with "/". Handler-wide: ignored on per-request options.
+	Roots []string
 }
 
 // BatchOptions configures the completion of JSON batches: a POST to

@@ -94,8 +94,10 @@ func run(cfg config, out io.Writer) (summary, error) {
 	if cfg.n <= 0 || cfg.c <= 0 || cfg.rate <= 0 || cfg.burst <= 0 {
 		return summary{}, fmt.Errorf("n = %d, c = %d, rate = %v and burst = %d must all be positive", cfg.n, cfg.c, cfg.rate, cfg.burst)
 	}
+	// The demo's users calls draw from Graph's Identity budget, one of the
+	// budgets the fake keeps on its one host.
 	srv := throttletest.NewServer(throttletest.Config{
-		Bucket:      throttletest.Bucket{Rate: cfg.rate, Burst: cfg.burst},
+		Rules:       throttletest.GraphBudgets{Identity: throttletest.Bucket{Rate: cfg.rate, Burst: cfg.burst}}.Rules(),
 		FailureRate: cfg.failures,
 	})
 	defer srv.Close()

@@ -1,4 +1,4 @@
-package middleware
+package throttle
 
 import (
 	"math"
@@ -9,18 +9,18 @@ import (
 // (TestPacerAlternatives in sim_test.go). They see what it sees, and the
 // queue's rules hold throttled targets the same way for all of them.
 
-// SetPacer makes h's queue pace its hosts' releases with the named design:
+// setPacer makes q pace its scopes' releases with the named design:
 // "adaptive" (the default), "unpaced", "aimd" or "aws".
-func SetPacer(h *RetryHandler, name string) {
+func setPacer(q *Queue, name string) {
 	switch name {
 	case "unpaced":
-		h.queue.newPacer = func(time.Time) pacer { return unpaced{} }
+		q.newPacer = func(time.Time) pacer { return unpaced{} }
 	case "aimd":
-		h.queue.newPacer = func(time.Time) pacer { return &aimdPacer{} }
+		q.newPacer = func(time.Time) pacer { return &aimdPacer{} }
 	case "aws":
-		h.queue.newPacer = func(now time.Time) pacer { return newAWSPacer(now) }
+		q.newPacer = func(now time.Time) pacer { return newAWSPacer(now) }
 	default:
-		h.queue.newPacer = func(now time.Time) pacer { return newAdaptivePacer(now) }
+		q.newPacer = func(now time.Time) pacer { return newAdaptivePacer(now) }
 	}
 }
 

@@ -1,4 +1,4 @@
-package middleware
+package throttle
 
 import (
 	"math"
@@ -261,7 +261,7 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 		if !ok {
 			return plain
 		}
-		return rate * fitShare
+		return min(rate, p.peak(n)) * fitShare
 	}
 	// The search began with the server's bucket full. The first wave's
 	// successes are that bucket and what it refilled while the wave
@@ -280,7 +280,26 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 		}
 		burst = max(counted-rate*span, 1)
 	}
-	return rate * fitShare
+	return min(rate, p.peak(n)) * fitShare
+}
+
+// peakWindow is the window over which peak measures the release rate.
+const peakWindow = 100 * time.Millisecond
+
+// peak returns twice the highest rate the first n releases reached over
+// any peakWindow: the most the fit may read from them. The pace a pacer
+// allows grows while its scope has nothing to release, and releases at a
+// fraction of that pace that still ran a bucket dry say nothing of rates
+// far above what they reached.
+func (p *adaptivePacer) peak(n int) float64 {
+	most, from := 0, 0
+	for i, at := range p.releases[:n] {
+		for at-p.releases[from] >= peakWindow {
+			from++
+		}
+		most = max(most, i-from+1)
+	}
+	return 2 * max(float64(most), 1) / peakWindow.Seconds()
 }
 
 // solve returns the refill rate at which a token bucket of capacity

@@ -1,6 +1,7 @@
-package middleware_test
+package throttle
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -13,11 +14,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	nethttplibrary "github.com/microsoft/kiota-http-go"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
-	"github.com/kiota-resilience/kiota-resilience-go/middleware"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -106,12 +104,15 @@ type simWorkload struct {
 	pacer   string        // the release design (SetPacer); "" for the default
 }
 
-// simulate sends the workload through one handler, in virtual time.
-func simulate(t *testing.T, opts options.RetryHandlerOptions, w simWorkload) simResult {
+// simulate sends the workload through one queue, in virtual time, as a
+// retry handler with the default options would: admit, send, report, and
+// retry a throttled request after its Retry-After, up to 10 retries.
+func simulate(t *testing.T, opts options.QueueOptions, w simWorkload) simResult {
 	const (
-		n, c  = 2000, 200
-		rate  = 400.0
-		burst = 40
+		n, c       = 2000, 200
+		rate       = 400.0
+		burst      = 40
+		maxRetries = 10
 	)
 	path, stagger := w.path, w.stagger
 	var res simResult
@@ -125,12 +126,38 @@ func simulate(t *testing.T, opts options.RetryHandlerOptions, w simWorkload) sim
 			rng := rand.New(rand.NewPCG(3, 4))
 			srv.dial = func() time.Duration { return time.Duration(rng.Int64N(int64(w.dial))) }
 		}
-		h, err := middleware.NewRetryHandler(opts)
-		require.NoError(t, err)
+		q := New(options.SystemClock, opts)
 		if w.pacer != "" {
-			middleware.SetPacer(h, w.pacer)
+			setPacer(q, w.pacer)
 		}
-		client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(srv, h)}
+		send := func(req *http.Request) bool {
+			notBefore := time.Now()
+			for retry := 0; ; retry++ {
+				var pass Pass
+				if !opts.Disabled {
+					pass, _ = q.Admit(context.Background(), req, notBefore, time.Time{}, nil)
+				} else {
+					time.Sleep(time.Until(notBefore))
+					pass.Sent = time.Now()
+				}
+				if retry > 0 {
+					req.Header.Set("Retry-Attempt", strconv.Itoa(retry))
+				}
+				resp, _ := srv.RoundTrip(req)
+				back := time.Now()
+				_ = resp.Body.Close()
+				if resp.StatusCode != http.StatusTooManyRequests {
+					q.Report(req, pass, Succeeded, 0, time.Now)
+					return true
+				}
+				ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+				q.Report(req, pass, Throttled, time.Duration(ra)*time.Second, time.Now)
+				if retry == maxRetries {
+					return false
+				}
+				notBefore = back.Add(time.Duration(ra) * time.Second)
+			}
+		}
 		start := time.Now()
 		jobs := make(chan int)
 		var wg sync.WaitGroup
@@ -141,18 +168,13 @@ func simulate(t *testing.T, opts options.RetryHandlerOptions, w simWorkload) sim
 				first := true
 				for i := range jobs {
 					method, url := path(i)
-					req, _ := http.NewRequest(method, url, strings.NewReader(`{"displayName":"x"}`))
+					req, _ := http.NewRequest(method, url, nil)
 					req.Header.Set("X-Request-Id", strconv.Itoa(i))
 					if first {
 						req.Header.Set("X-First", "1")
 						first = false
 					}
-					resp, err := client.Do(req)
-					failed := err != nil || resp.StatusCode != http.StatusOK
-					if resp != nil {
-						_ = resp.Body.Close()
-					}
-					if failed {
+					if !send(req) {
 						mu.Lock()
 						res.failed++
 						mu.Unlock()
@@ -206,7 +228,7 @@ func TestQueueSimulation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := simulate(t, options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: !tt.queue}},
+			res := simulate(t, options.QueueOptions{Disabled: !tt.queue},
 				simWorkload{path: tt.path, jitter: tt.jitter, stagger: tt.stagger, dial: tt.dial})
 			t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
 			assert.Zero(t, res.failed)
@@ -243,7 +265,7 @@ func TestPacerAlternatives(t *testing.T) {
 			for _, p := range pacers {
 				w := wl.simWorkload
 				w.pacer = p
-				res := simulate(t, options.RetryHandlerOptions{}, w)
+				res := simulate(t, options.QueueOptions{}, w)
 				t.Logf("%-8s attempts/request %.3f, time %.2fx the limit, failed %d, early %d", p, res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
 				assert.Zero(t, res.early, p)
 				times[p] = res.timeOverLimit

@@ -1,7 +1,9 @@
-package middleware
+package throttle
 
 import (
 	"fmt"
+	"net/http"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -42,7 +44,7 @@ func (p *countingPacer) throttled(_, _, _ time.Time) {
 func TestQueue_Successes(t *testing.T) {
 	epoch := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
 	sent := epoch.Add(time.Second)
-	tgt := &target{host: "graph.example", url: "/v1.0/me", path: "/v1.0/me", segs: []string{"v1.0", "me"}}
+	tgt := &target{host: "graph.example", url: "/v1.0/me", path: "/v1.0/me", segs: []string{"me"}}
 	tests := []struct {
 		name       string
 		workers    int
@@ -57,7 +59,7 @@ func TestQueue_Successes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := &countingPacer{}
-			q := newQueue(clocktest.New(epoch), options.QueueOptions{})
+			q := New(clocktest.New(epoch), options.QueueOptions{})
 			q.newPacer = func(time.Time) pacer { return rec }
 			s := q.state(tgt.host, true)
 			throttle := func() { q.throttled(tgt, sent, sent, sent.Add(time.Second)) }
@@ -77,7 +79,7 @@ func TestQueue_Successes(t *testing.T) {
 						if w == 0 && i == tt.throttleAt && !tt.late {
 							throttle()
 						}
-						s.succeeded(sent, tgt.api(), &reading{t: sent.Add(time.Millisecond), read: true})
+						q.succeededAt(s, tgt.path, sent, sent.Add(time.Millisecond))
 					}
 				})
 			}
@@ -87,7 +89,7 @@ func TestQueue_Successes(t *testing.T) {
 			defer s.mu.Unlock()
 			require.Equal(t, 1, rec.throttles)
 			assert.Equal(t, tt.workers*tt.each, rec.successes, "successes told to the pacer")
-			c, _ := s.cold.Load(tgt.api())
+			c, _ := s.cold.Load("me")
 			assert.Zero(t, c.(*waveCount).cur.Load()+c.(*waveCount).prev.Load(), "successes left uncounted")
 			assert.GreaterOrEqual(t, rec.beforeThrottle, tt.throttleAt, "successes known at the first throttle")
 			if tt.workers == 1 {
@@ -145,19 +147,19 @@ func TestWaveCount(t *testing.T) {
 // wave's successes that come back after the throttle do count.
 func TestQueue_BurstOfThrottledAPI(t *testing.T) {
 	epoch := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
-	q := newQueue(clocktest.New(epoch), options.QueueOptions{})
+	q := New(clocktest.New(epoch), options.QueueOptions{})
 	mail := &target{host: "graph.example", url: "/mail/1", path: "/mail/1", segs: []string{"mail", "1"}}
 	s := q.state(mail.host, true)
-	back := &reading{t: epoch.Add(5 * time.Millisecond), read: true}
+	back := epoch.Add(5 * time.Millisecond)
 	for i := range 30 {
-		s.succeeded(epoch.Add(time.Duration(i)*100*time.Microsecond), "mail", back)
-		s.succeeded(epoch, "files", back)
+		q.succeededAt(s, "/mail/1", epoch.Add(time.Duration(i)*100*time.Microsecond), back)
+		q.succeededAt(s, "/files/1", epoch, back)
 	}
 	q.throttled(mail, epoch.Add(3*time.Millisecond), epoch.Add(5*time.Millisecond), epoch.Add(time.Second))
-	s.succeeded(epoch.Add(4*time.Millisecond), "mail", back)  // sent before the throttle came back
-	s.succeeded(epoch.Add(4*time.Millisecond), "files", back) // another API
-	s.succeeded(epoch.Add(6*time.Millisecond), "mail", back)  // sent after
-	p := s.pacer.(*adaptivePacer)
+	q.succeededAt(s, "/mail/1", epoch.Add(4*time.Millisecond), back)  // sent before the throttle came back
+	q.succeededAt(s, "/files/1", epoch.Add(4*time.Millisecond), back) // another API
+	q.succeededAt(s, "/mail/1", epoch.Add(6*time.Millisecond), back)  // sent after
+	p := s.scopes["mail"].pacer.(*adaptivePacer)
 	assert.Equal(t, 31, p.burst)
 	assert.Equal(t, epoch.UnixNano(), p.waveStart.UnixNano())
 	assert.Equal(t, epoch.Add(5*time.Millisecond), p.waveEnd)
@@ -167,15 +169,21 @@ func TestQueue_BurstOfThrottledAPI(t *testing.T) {
 // ever new segments keeps counters for at most maxAPIs of them.
 func TestQueue_CountsBoundedAPIs(t *testing.T) {
 	epoch := time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
-	q := newQueue(clocktest.New(epoch), options.QueueOptions{})
+	q := New(clocktest.New(epoch), options.QueueOptions{})
 	s := q.state("graph.example", true)
-	back := &reading{t: epoch, read: true}
+	back := epoch
 	for i := range 3 * maxAPIs {
-		s.succeeded(epoch, fmt.Sprintf("api%d", i), back)
+		q.succeededAt(s, fmt.Sprintf("/api%d", i), epoch, back)
 	}
 	n := 0
 	s.cold.Range(func(any, any) bool { n++; return true })
 	assert.Equal(t, maxAPIs, n)
 	assert.Nil(t, s.count("another"), "past the cap nothing is counted")
 	assert.NotNil(t, s.count("api0"), "a counted API goes on being counted")
+}
+
+// succeededAt reports a success of a request to path on the host of s,
+// sent at sent and answered at back.
+func (q *Queue) succeededAt(s *hostState, path string, sent, back time.Time) {
+	q.succeeded(s, &http.Request{URL: &url.URL{Path: path}}, sent, func() time.Time { return back })
 }

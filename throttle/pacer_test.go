@@ -1,0 +1,296 @@
+package throttle
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAdaptivePacerCold(t *testing.T) {
+	const ms = time.Millisecond
+	p := newAdaptivePacer(t0)
+	for _, at := range []time.Duration{0, ms, time.Hour} {
+		now := t0.Add(at)
+		assert.Equal(t, now, p.next(now), "no pacing before a throttle")
+		p.sent(now)
+	}
+	// The first wave's successes are counted, with the earliest send among
+	// them, however they are told; a success alone counts nothing.
+	p.settle(30, t0.Add(5*ms))
+	p.settle(10, t0)
+	p.settle(1, t0.Add(20*ms))
+	p.succeeded(t0, t0.Add(30*ms))
+	assert.Equal(t, pacerCold, p.state)
+	assert.Empty(t, p.releases, "a cold pacer counts no releases")
+	assert.Equal(t, 41, p.burst)
+	assert.Equal(t, t0, p.waveStart)
+}
+
+func TestAdaptivePacerFirstThrottle(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		name      string
+		successes int
+		wait      time.Duration // the throttle's Retry-After
+		period    float64       // seconds
+		rate      float64       // at the throttle's end
+	}{
+		{"burst per Retry-After", 40, 2 * time.Second, 2, searchStart * 20},
+		{"Retry-After below 1 s counts as 1 s", 40, 300 * ms, 1, searchStart * 40},
+		{"no success before: one request per period", 0, 4 * time.Second, 4, searchStart * 0.25},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.settle(tt.successes, t0)
+			now := t0.Add(10 * ms)
+			end := now.Add(tt.wait)
+			p.throttled(t0.Add(5*ms), now, end)
+
+			require.Equal(t, pacerSearching, p.state)
+			assert.InDelta(t, tt.period, p.period, 1e-9)
+			assert.Equal(t, end, p.start, "the search begins when the throttle ends")
+			assert.Equal(t, end, p.next(now), "the first release is at the throttle's end")
+			for i, want := range []float64{tt.rate, 2 * tt.rate, 4 * tt.rate, 8 * tt.rate} {
+				assert.InDelta(t, want, p.rateAt(end.Add(time.Duration(i)*doubling)), want*1e-9, "rate after %d doublings", i)
+			}
+			assert.InDelta(t, tt.rate, p.rateAt(now), tt.rate*1e-9, "held: the starting rate")
+
+			// The first wave's successes that arrive late are the burst
+			// too, and raise the starting rate.
+			p.settle(1, t0)
+			assert.Equal(t, tt.successes+1, p.burst)
+		})
+	}
+}
+
+// TestAdaptivePacerSpacing checks that each release waits until 1/rate has
+// passed since the last, at the rate at the release's own time.
+func TestAdaptivePacerSpacing(t *testing.T) {
+	tests := []struct {
+		name string
+		p    *adaptivePacer
+		rate func(elapsed float64) float64
+	}{
+		{
+			"searching doubles every doubling",
+			&adaptivePacer{state: pacerSearching, start: t0, reacted: t0, period: 1, burst: 40},
+			func(e float64) float64 { return searchStart * 40 * math.Exp2(e/doubling.Seconds()) },
+		},
+		{
+			"steady recovers along a cubic",
+			&adaptivePacer{state: pacerSteady, start: t0, reacted: t0, last: t0, base: 400},
+			func(e float64) float64 { return 400 * (1 + cubic*math.Pow(e-math.Cbrt((1-dip)/cubic), 3)) },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.p
+			now := t0
+			prev := time.Time{}
+			for i := range 200 {
+				at := p.next(now)
+				require.False(t, at.Before(now) && i > 0, "release %d in the past", i)
+				if !prev.IsZero() {
+					gap := at.Sub(prev).Seconds()
+					// at is the first time, to 50 µs, at which the gap
+					// reaches 1/rate(at).
+					want := 1 / tt.rate(at.Sub(t0).Seconds())
+					assert.InDelta(t, want, gap, 60e-6, "gap before release %d", i)
+				}
+				p.sent(at)
+				prev, now = at, at
+			}
+		})
+	}
+}
+
+func TestAdaptivePacerIgnoresLateThrottles(t *testing.T) {
+	const ms = time.Millisecond
+	// Answers come 10 ms after their requests: a throttle of a request
+	// sent within two round trips of a reaction is ignored too.
+	searching := func() *adaptivePacer {
+		p := newAdaptivePacer(t0)
+		for range 10 {
+			p.succeeded(t0, t0.Add(10*ms))
+		}
+		p.settle(10, t0)
+		p.throttled(t0, t0.Add(10*ms), t0.Add(time.Second+10*ms)) // reacted at t0+1.01 s
+		return p
+	}
+	steady := func() *adaptivePacer {
+		p := searching()
+		for i := range 50 {
+			p.sent(p.start.Add(time.Duration(i) * 5 * ms))
+		}
+		p.throttled(p.start.Add(200*ms), p.start.Add(210*ms), p.start.Add(time.Second))
+		require.Equal(t, pacerSteady, p.state)
+		return p
+	}
+	// The estimate the throttle below sees: its own 10 ms, or the
+	// previous one decayed.
+	window := func(p *adaptivePacer) time.Duration { return 2 * max(10*ms, p.rtt*63/64) }
+	tests := []struct {
+		name    string
+		p       func() *adaptivePacer
+		sent    func(p *adaptivePacer) time.Time
+		ignored bool
+	}{
+		{"searching: sent before the release began", searching, func(p *adaptivePacer) time.Time { return p.reacted.Add(-ms) }, true},
+		{"searching: sent at the reaction", searching, func(p *adaptivePacer) time.Time { return p.reacted }, true},
+		{"searching: sent within two round trips", searching, func(p *adaptivePacer) time.Time { return p.reacted.Add(window(p)) }, true},
+		{"searching: sent after", searching, func(p *adaptivePacer) time.Time { return p.reacted.Add(window(p) + ms) }, false},
+		{"steady: sent before the decrease", steady, func(p *adaptivePacer) time.Time { return p.reacted.Add(-ms) }, true},
+		{"steady: sent at the decrease", steady, func(p *adaptivePacer) time.Time { return p.reacted }, true},
+		{"steady: sent within two round trips", steady, func(p *adaptivePacer) time.Time { return p.reacted.Add(window(p)) }, true},
+		{"steady: sent after", steady, func(p *adaptivePacer) time.Time { return p.reacted.Add(window(p) + ms) }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.p()
+			sent := tt.sent(p)
+			before := *p
+			before.releases = slices.Clone(p.releases)
+			now := sent.Add(10 * ms)
+			p.throttled(sent, now, now.Add(time.Second))
+			if tt.ignored {
+				before.rtt = p.rtt
+				assert.Equal(t, before, *p, "the same congestion, seen late: nothing but the round trip changes")
+				return
+			}
+			assert.Equal(t, pacerSteady, p.state, "a decrease")
+			assert.Equal(t, now, p.reacted)
+			assert.Equal(t, now, p.start)
+		})
+	}
+}
+
+// bucket is a server's token bucket: rate tokens a second, at most burst.
+type bucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+// take reports whether the bucket lets a request through at now.
+func (b *bucket) take(now time.Time) bool {
+	b.tokens = min(b.burst, b.tokens+b.rate*now.Sub(b.last).Seconds())
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// TestAdaptivePacerFit runs the pacer's search against a server's token
+// bucket that is full when the search begins: the release it throttles,
+// told to the pacer latency later (releases going on meanwhile), must
+// bring the pacer down to fitShare of the server's rate, however late the
+// throttle is heard of. The first wave lasts wave, so that its successes
+// are the server's burst and what it refilled meanwhile.
+func TestAdaptivePacerFit(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		rate          float64
+		burst         int
+		latency, wave time.Duration
+	}{
+		{400, 40, 0, 0},
+		{400, 40, 1 * ms, 0},
+		{400, 40, 5 * ms, 0},
+		{400, 40, 50 * ms, 0},
+		{400, 40, 1 * ms, 20 * ms},
+		{400, 40, 5 * ms, 50 * ms},
+		{100, 10, 0, 0},
+		{100, 10, 5 * ms, 20 * ms},
+		{1000, 10, 0, 0},
+		{1000, 10, 5 * ms, 10 * ms},
+		{1000, 200, 5 * ms, 20 * ms},
+		{5000, 40, 5 * ms, 0},
+		{400, 1, 0, 0},
+		{400, 1, 50 * ms, 0},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("R=%v B=%v latency=%v wave=%v", tt.rate, tt.burst, tt.latency, tt.wave), func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			// The first wave, sent from t0 on and throttled at its end.
+			p.settle(tt.burst+int(tt.rate*tt.wave.Seconds()), t0)
+			waveEnd := t0.Add(tt.wave)
+			p.throttled(waveEnd, waveEnd.Add(ms), waveEnd.Add(time.Second))
+			server := &bucket{rate: tt.rate, burst: float64(tt.burst), tokens: float64(tt.burst), last: p.start}
+			var throttled time.Time
+			for now := p.next(t0); throttled.IsZero() || now.Before(throttled.Add(tt.latency)); now = p.next(now) {
+				p.sent(now)
+				if !server.take(now) && throttled.IsZero() {
+					throttled = now
+				}
+			}
+			now := throttled.Add(tt.latency)
+			p.throttled(throttled, now, now.Add(time.Second))
+			require.Equal(t, pacerSteady, p.state)
+			// The throttle tells that the bucket held less than a token: the
+			// fit resolves the rate to a token over the time it drained,
+			// within a few % above the server's rate, never below it.
+			assert.GreaterOrEqual(t, p.base, fitShare*tt.rate, "fitted rate")
+			assert.LessOrEqual(t, p.base, fitShare*tt.rate*1.07, "fitted rate")
+		})
+	}
+}
+
+// TestAdaptivePacerUnexplainedThrottle checks that a throttle the pacer's
+// own releases cannot explain (another client, or requests the queue did
+// not pace, emptied the server's bucket) is a plain decrease from the rate
+// the pacer was releasing at, not a fall to the least rate.
+func TestAdaptivePacerUnexplainedThrottle(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		name     string
+		releases int // 2 ms apart from the search's start
+		sent     time.Duration
+	}{
+		{"two releases into a burst of 40", 2, 10 * ms},
+		{"none yet", 0, 5 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.settle(40, t0)
+			p.throttled(t0, t0.Add(ms), t0.Add(time.Second))
+			for i := range tt.releases {
+				p.sent(p.start.Add(time.Duration(i) * 2 * ms))
+			}
+			sent := p.start.Add(tt.sent)
+			// A plain decrease, but never below the first wave's successes per period (40/s).
+			want := max(backoff*max(p.rate, p.rateAt(sent)), 40)
+			p.throttled(sent, sent.Add(ms), sent.Add(time.Second))
+			require.Equal(t, pacerSteady, p.state)
+			assert.InDelta(t, want, p.base, 1e-9)
+			assert.Greater(t, p.base, 35.0, "40 a second or more before the throttle")
+		})
+	}
+}
+
+// TestAdaptivePacerFitBoundedByReleases checks that a search whose scope
+// had nothing to release, and whose allowed rate grew meanwhile, fits no
+// more than twice the rate its releases reached: a few releases that ran
+// a small bucket dry say nothing of rates far above theirs.
+func TestAdaptivePacerFitBoundedByReleases(t *testing.T) {
+	p := newAdaptivePacer(t0)
+	p.settle(2, t0)
+	p.throttled(t0, t0, t0.Add(time.Second)) // the search starts at 1 s
+	require.Equal(t, pacerSearching, p.state)
+	// Nothing to release for 1.2 s: the allowed rate is thousands a second.
+	at := t0.Add(2200 * time.Millisecond)
+	require.Greater(t, p.rateAt(at), 1000.0)
+	for i := range 3 {
+		p.sent(at.Add(time.Duration(i) * time.Millisecond))
+	}
+	p.throttled(at.Add(2*time.Millisecond), at.Add(3*time.Millisecond), at.Add(time.Second))
+	require.Equal(t, pacerSteady, p.state)
+	assert.LessOrEqual(t, p.base, 2*3/peakWindow.Seconds(), "fitted rate")
+}

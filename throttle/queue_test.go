@@ -1,0 +1,359 @@
+package throttle
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+)
+
+var t0 = time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+
+const graph = "https://graph.test"
+
+// throttle is one throttled answer: the URL, and when its throttle ends
+// after t0.
+type throttle struct {
+	url string
+	end time.Duration
+}
+
+func targetOf(t *testing.T, rawURL string) *target {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	require.NoError(t, err)
+	return New(nil, options.QueueOptions{}).newTarget(&http.Request{URL: u})
+}
+
+// throttled records a throttle of tg as the server's answer would.
+func (q *Queue) throttled(tg *target, sent, now, end time.Time) {
+	s := q.state(tg.host, true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q.record(s, tg, sent, now, end)
+}
+
+// fixedPacer releases one request every `every` once it has released one.
+type fixedPacer struct {
+	every time.Duration
+	last  time.Time
+}
+
+func (p *fixedPacer) next(time.Time) time.Time {
+	if p.last.IsZero() {
+		return time.Time{}
+	}
+	return p.last.Add(p.every)
+}
+func (p *fixedPacer) sent(now time.Time)                        { p.last = now }
+func (p *fixedPacer) succeeded(time.Time, time.Time)            {}
+func (p *fixedPacer) settle(int, time.Time)                     {}
+func (p *fixedPacer) throttled(time.Time, time.Time, time.Time) {}
+
+// acquired is what one queue.acquire returned, and when.
+type acquired struct {
+	id  int
+	err error
+	at  time.Duration // after t0
+}
+
+// holders runs queue.acquire calls in a synctest bubble on a fake clock and
+// records when each returns. Arrival order is the order of hold calls.
+type holders struct {
+	t       *testing.T
+	q       *Queue
+	clk     *clocktest.Clock
+	n       int
+	cancels []context.CancelFunc
+	mu      sync.Mutex
+	out     []acquired
+}
+
+func newHolders(t *testing.T, o options.QueueOptions) *holders {
+	clk := clocktest.New(t0)
+	return &holders{t: t, q: New(clk, o), clk: clk}
+}
+
+// hold starts request id's acquire and waits until it blocks or returns.
+func (h *holders) hold(rawURL string, notBefore, deadline time.Time) (id int) {
+	h.t.Helper()
+	id = h.n
+	h.n++
+	ctx, cancel := context.WithCancel(context.Background())
+	h.t.Cleanup(cancel)
+	h.cancels = append(h.cancels, cancel)
+	tg := targetOf(h.t, rawURL)
+	go func() {
+		_, err := h.q.acquire(ctx, h.q.state(tg.host, true), tg, notBefore, deadline, nil)
+		h.mu.Lock()
+		h.out = append(h.out, acquired{id, err, h.clk.Now().Sub(t0)})
+		h.mu.Unlock()
+	}()
+	synctest.Wait()
+	return id
+}
+
+// done returns the acquires that have returned so far, in order.
+func (h *holders) done() []acquired {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.out)
+}
+
+// run advances the clock from timer to timer until every acquire returned.
+func (h *holders) run() []acquired {
+	h.t.Helper()
+	for {
+		synctest.Wait()
+		if len(h.done()) == h.n {
+			return h.done()
+		}
+		p := h.clk.Pending()
+		require.NotEmpty(h.t, p, "requests blocked with no timer to wake them")
+		h.clk.Advance(p[0])
+	}
+}
+
+// waiters returns the number of requests held for host.
+func (h *holders) waiters(host string) int {
+	s := h.q.state(host, false)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, sc := range s.scopes {
+		n += len(sc.waiters)
+	}
+	return n
+}
+
+func TestQueueReleaseOrder(t *testing.T) {
+	const s = time.Second
+	type waiting struct {
+		url       string
+		notBefore time.Duration // the request's own delay, after t0
+	}
+	tests := []struct {
+		name      string
+		throttled []throttle
+		held      []waiting
+		want      []acquired // errors nil
+	}{
+		{
+			"one URL: FIFO at the pacer's pace",
+			[]throttle{{graph + "/v1.0/me", 2 * s}},
+			[]waiting{{graph + "/v1.0/me", 0}, {graph + "/v1.0/me", 0}, {graph + "/v1.0/me", 0}, {graph + "/v1.0/me", 0}},
+			[]acquired{{id: 0, at: 2 * s}, {id: 1, at: 2100 * time.Millisecond}, {id: 2, at: 2200 * time.Millisecond}, {id: 3, at: 2300 * time.Millisecond}},
+		},
+		{
+			"three throttles below the root share only users: its items are paced in its scope, not held, and another collection is neither",
+			[]throttle{{graph + "/v1.0/users/a", 2 * s}, {graph + "/v1.0/users/b", 2 * s}, {graph + "/v1.0/users/c", 2 * s}},
+			[]waiting{{graph + "/v1.0/users/x", 0}, {graph + "/v1.0/users/a?$select=id", 0}, {graph + "/v1.0/users/b", 0}, {graph + "/v1.0/users/y/manager", 0}},
+			[]acquired{{id: 0, at: 0}, {id: 3, at: 0}, {id: 1, at: 2 * s}, {id: 2, at: 2100 * time.Millisecond}},
+		},
+		{
+			"an inferred hold lets one probe through and holds the rest",
+			[]throttle{{graph + "/v1.0/users/a", 2 * s}, {graph + "/v1.0/users/b", 2 * s}, {graph + "/v1.0/users/c", 2 * s}, {graph + "/v1.0/users/d", 2 * s}},
+			[]waiting{{graph + "/v1.0/users/x", 0}, {graph + "/v1.0/users/y", 0}, {graph + "/v1.0/users/w", 0}},
+			[]acquired{{id: 0, at: 0}, {id: 1, at: 2 * s}, {id: 2, at: 2100 * time.Millisecond}},
+		},
+		{
+			"a request's own later delay does not hold the others",
+			[]throttle{{graph + "/v1.0/me", 2 * s}},
+			[]waiting{{graph + "/v1.0/me", 0}, {graph + "/v1.0/me", 5 * s}, {graph + "/v1.0/me", 0}},
+			[]acquired{{id: 0, at: 2 * s}, {id: 2, at: 2100 * time.Millisecond}, {id: 1, at: 5 * s}},
+		},
+		{
+			"the throttle that ends first releases first",
+			[]throttle{{graph + "/v1.0/a", 3 * s}, {graph + "/v1.0/b", 2 * s}},
+			[]waiting{{graph + "/v1.0/a", 0}, {graph + "/v1.0/b", 0}, {graph + "/v1.0/a", 0}},
+			[]acquired{{id: 1, at: 2 * s}, {id: 0, at: 3 * s}, {id: 2, at: 3100 * time.Millisecond}},
+		},
+		{
+			"paced after the throttle ended, not held",
+			[]throttle{{graph + "/v1.0/me", 0}},
+			[]waiting{{graph + "/v1.0/me", 0}, {graph + "/v1.0/me", 0}, {graph + "/v1.0/me", 0}},
+			[]acquired{{id: 0, at: 0}, {id: 1, at: 100 * time.Millisecond}, {id: 2, at: 200 * time.Millisecond}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHolders(t, options.QueueOptions{})
+				h.q.newPacer = func(time.Time) pacer { return &fixedPacer{every: 100 * time.Millisecond} }
+				for _, th := range tt.throttled {
+					h.q.throttled(targetOf(t, th.url), t0, t0, t0.Add(th.end))
+				}
+				for _, w := range tt.held {
+					h.hold(w.url, t0.Add(w.notBefore), time.Time{})
+				}
+				assert.Equal(t, tt.want, h.run())
+				assert.Zero(t, h.waiters("graph.test"))
+				assert.Empty(t, h.clk.Pending(), "timers left")
+			})
+		})
+	}
+}
+
+// TestQueueLongerThrottleWhileHeld checks that held requests see a
+// throttle that lasts longer than the one they were held for.
+func TestQueueLongerThrottleWhileHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHolders(t, options.QueueOptions{})
+		h.q.newPacer = func(time.Time) pacer { return &fixedPacer{every: 100 * time.Millisecond} }
+		me := targetOf(t, graph+"/v1.0/me")
+		h.q.throttled(me, t0, t0, t0.Add(2*time.Second))
+		h.hold(graph+"/v1.0/me", t0, time.Time{})
+		h.hold(graph+"/v1.0/me", t0, time.Time{})
+		assert.Equal(t, []time.Duration{2 * time.Second}, h.clk.Pending())
+
+		h.clk.Advance(time.Second)
+		h.q.throttled(me, t0.Add(time.Second), t0.Add(time.Second), t0.Add(4*time.Second))
+		assert.Equal(t, []acquired{{id: 0, at: 4 * time.Second}, {id: 1, at: 4100 * time.Millisecond}}, h.run())
+	})
+}
+
+// TestQueueReleasePacing checks that after a decrease to a fitted rate the
+// queue releases held requests 1/rate apart, along the recovery curve.
+func TestQueueReleasePacing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHolders(t, options.QueueOptions{})
+		me := targetOf(t, graph+"/v1.0/me")
+		for range 40 {
+			h.q.succeededAt(h.q.state("graph.test", true), "/v1.0/me", t0, t0.Add(10*time.Millisecond))
+		}
+		// The first throttle starts the search at its end, 1 s later...
+		h.q.throttled(me, t0, t0, t0.Add(time.Second))
+		p := h.q.state("graph.test", false).scopes["me"].pacer.(*adaptivePacer)
+		require.Equal(t, pacerSearching, p.state)
+		// ...and a throttle of a request released 300 ms into it, at 1.3 s,
+		// ends the search with a decrease to the fitted rate.
+		for i := range 100 {
+			p.sent(t0.Add(time.Second + time.Duration(i)*3*time.Millisecond))
+		}
+		at := t0.Add(1300 * time.Millisecond)
+		h.clk.Advance(at.Sub(t0))
+		h.q.throttled(me, at.Add(-time.Millisecond), at, at.Add(time.Second))
+		require.Equal(t, pacerSteady, p.state)
+		// A bucket of 40 that let 100 requests through in 300 ms refills
+		// at (100-40)/0.3 s.
+		base := p.base
+		require.InEpsilon(t, fitShare*60/0.3, base, 0.03, "fitted rate")
+
+		for range 20 {
+			h.hold(graph+"/v1.0/me", at, time.Time{})
+		}
+		got := h.run()
+		require.Len(t, got, 20)
+		rate := func(at time.Duration) float64 {
+			e := (at - 1300*time.Millisecond).Seconds()
+			return base * (1 + cubic*math.Pow(e-math.Cbrt((1-dip)/cubic), 3))
+		}
+		assert.Equal(t, 2300*time.Millisecond, got[0].at, "the first leaves when the throttle ends")
+		for i := 1; i < len(got); i++ {
+			assert.Equal(t, i, got[i].id, "FIFO")
+			if got[i-1].at == got[0].at {
+				// After an idle pacer, up to catchUp of slots leave at once.
+				assert.LessOrEqual(t, (got[i].at - got[0].at).Seconds(), catchUp.Seconds()+1/rate(got[i].at))
+				continue
+			}
+			gap := (got[i].at - got[i-1].at).Seconds()
+			assert.InDelta(t, 1/rate(got[i].at), gap, 60e-6, "gap before release %d", i)
+		}
+	})
+}
+
+func TestQueueCancelWhileHeld(t *testing.T) {
+	const s = time.Second
+	tests := []struct {
+		name   string
+		cancel int
+		want   []acquired // after the cancellation
+	}{
+		{"the head", 0, []acquired{{id: 1, at: 10 * s}, {id: 2, at: 10*s + 100*time.Millisecond}}},
+		{"the middle", 1, []acquired{{id: 0, at: 10 * s}, {id: 2, at: 10*s + 100*time.Millisecond}}},
+		{"the last", 2, []acquired{{id: 0, at: 10 * s}, {id: 1, at: 10*s + 100*time.Millisecond}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHolders(t, options.QueueOptions{})
+				h.q.newPacer = func(time.Time) pacer { return &fixedPacer{every: 100 * time.Millisecond} }
+				h.q.throttled(targetOf(t, graph+"/v1.0/me"), t0, t0, t0.Add(10*s))
+				for range 3 {
+					h.hold(graph+"/v1.0/me", t0, time.Time{})
+				}
+				require.Empty(t, h.done(), "all held")
+				require.Equal(t, []time.Duration{10 * s}, h.clk.Pending(), "only the head waits on a timer")
+
+				h.cancels[tt.cancel]()
+				synctest.Wait()
+				assert.Equal(t, []acquired{{id: tt.cancel, err: context.Canceled}}, h.done(), "canceled at once")
+				assert.Equal(t, 2, h.waiters("graph.test"), "removed from the queue")
+				assert.Equal(t, []time.Duration{10 * s}, h.clk.Pending(), "the new head waits for the throttle's end")
+
+				assert.Equal(t, tt.want, h.run()[1:])
+				assert.Zero(t, h.waiters("graph.test"))
+				assert.Empty(t, h.clk.Pending(), "timers left")
+			})
+		})
+	}
+}
+
+func TestQueueDeadline(t *testing.T) {
+	const (
+		s  = time.Second
+		ms = time.Millisecond
+	)
+	type waiting struct {
+		url      string
+		deadline time.Duration // after t0; 0: none
+	}
+	me := graph + "/v1.0/me"
+	tests := []struct {
+		name string
+		end  time.Duration // of the throttle of /v1.0/me
+		held []waiting
+		want []acquired
+	}{
+		{"released after the deadline: refused at once", 10 * s, []waiting{{me, 5 * s}}, []acquired{{id: 0, err: errHoldTooLong}}},
+		{"released at the deadline", 10 * s, []waiting{{me, 10 * s}}, []acquired{{id: 0, at: 10 * s}}},
+		{"released before the deadline", 10 * s, []waiting{{me, 15 * s}}, []acquired{{id: 0, at: 10 * s}}},
+		{"behind another held request: refused at once", 10 * s, []waiting{{me, 0}, {me, 5 * s}}, []acquired{{id: 1, err: errHoldTooLong}, {id: 0, at: 10 * s}}},
+		{"paced past the deadline: refused at once", 0, []waiting{{me, 0}, {me, 50 * ms}}, []acquired{{id: 0}, {id: 1, err: errHoldTooLong}}},
+		{"paced before the deadline", 0, []waiting{{me, 0}, {me, 100 * ms}}, []acquired{{id: 0}, {id: 1, at: 100 * ms}}},
+		{
+			"its turn comes after the deadline: refused at the deadline", 1 * s,
+			[]waiting{{me, 0}, {me, 0}, {me, 0}, {me, 1150 * ms}},
+			[]acquired{{id: 0, at: 1 * s}, {id: 1, at: 1100 * ms}, {id: 3, err: errHoldTooLong, at: 1150 * ms}, {id: 2, at: 1200 * ms}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHolders(t, options.QueueOptions{})
+				h.q.newPacer = func(time.Time) pacer { return &fixedPacer{every: 100 * time.Millisecond} }
+				h.q.throttled(targetOf(t, me), t0, t0, t0.Add(tt.end))
+				for _, w := range tt.held {
+					var deadline time.Time
+					if w.deadline > 0 {
+						deadline = t0.Add(w.deadline)
+					}
+					h.hold(w.url, t0, deadline)
+				}
+				assert.Equal(t, tt.want, h.run())
+				assert.Empty(t, h.clk.Pending(), "timers left")
+			})
+		})
+	}
+}

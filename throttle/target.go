@@ -1,0 +1,115 @@
+package throttle
+
+import (
+	"net/http"
+	"strings"
+)
+
+// target is what the matching rules look at in a request.
+type target struct {
+	host string
+	url  string
+	path string
+	// segs are the path's segments below the service root: for Graph's
+	// /v1.0/users/{id}/messages, users, {id} and messages.
+	segs []string
+}
+
+// hostKey returns the host the request names: its Host header when set,
+// so that virtual hosts on one address keep apart, else its URL's host.
+func hostKey(req *http.Request) string {
+	if req.Host != "" {
+		return req.Host
+	}
+	return req.URL.Host
+}
+
+func (q *Queue) newTarget(req *http.Request) *target {
+	u := req.URL
+	t := &target{host: hostKey(req), path: u.Path, url: u.Path}
+	if u.RawQuery != "" {
+		t.url = u.Path + "?" + u.RawQuery
+	}
+	t.segs = q.segments(u.Path)
+	return t
+}
+
+// segments returns the segments of path below its service root: below the
+// longest of the queue's roots that path starts with or, without one, below
+// a leading version segment.
+func (q *Queue) segments(path string) []string {
+	rest := path
+	rooted := false
+	for _, root := range q.roots {
+		if r, ok := strings.CutPrefix(path, root); ok && (r == "" || r[0] == '/') {
+			rest, rooted = r, true
+			break
+		}
+	}
+	var segs []string
+	for s := range strings.SplitSeq(rest, "/") {
+		if s != "" {
+			segs = append(segs, s)
+		}
+	}
+	if !rooted && len(segs) > 0 && isVersion(segs[0]) {
+		segs = segs[1:]
+	}
+	return segs
+}
+
+// isVersion reports whether seg names an API version, as Graph's v1.0 and
+// beta do: "beta", or "v" followed by numbers separated by dots (v1, v2.1).
+func isVersion(seg string) bool {
+	if seg == "beta" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(seg, "v")
+	if !ok || rest == "" {
+		return false
+	}
+	digits := 0
+	for i := 0; i < len(rest); i++ {
+		switch c := rest[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && digits > 0 && i < len(rest)-1:
+			digits = 0
+		default:
+			return false
+		}
+	}
+	return digits > 0
+}
+
+// scope returns the key of t's throttle scope: the collection it reads or
+// writes, its segments below the root but the last (/v1.0/users/{id} is in
+// users, /v1.0/users/{id}/messages in users/{id}), or its only segment.
+func (t *target) scope() string { return t.prefix(max(len(t.segs)-1, min(len(t.segs), 1))) }
+
+// scopeOf returns the key of the throttle scope of a request to path, as
+// target.scope does, without splitting the whole path, so that counting a
+// success allocates nothing.
+func (q *Queue) scopeOf(path string) string {
+	rest := path
+	rooted := false
+	for _, root := range q.roots {
+		if r, ok := strings.CutPrefix(path, root); ok && (r == "" || r[0] == '/') {
+			rest, rooted = r, true
+			break
+		}
+	}
+	rest = strings.Trim(rest, "/")
+	if !rooted {
+		if first, after, _ := strings.Cut(rest, "/"); isVersion(first) {
+			rest = strings.TrimLeft(after, "/")
+		}
+	}
+	if i := strings.LastIndexByte(rest, '/'); i >= 0 {
+		return strings.TrimRight(rest[:i], "/")
+	}
+	return rest
+}
+
+// prefix returns the key of the first n segments.
+func (t *target) prefix(n int) string { return strings.Join(t.segs[:n], "/") }
