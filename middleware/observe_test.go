@@ -668,10 +668,10 @@ func TestObservabilityKey(t *testing.T) {
 	}
 }
 
-// TestTraceHeldPastLimitIsSent checks a retry the queue would hold past
-// MaxElapsed: it is not held, goes once its own delay has passed, and the
-// server's answer decides.
-func TestTraceHeldPastLimitIsSent(t *testing.T) {
+// TestTraceGivenUpHeldPastLimit checks a retry the queue would hold past
+// MaxElapsed: it is given up at once, with that reason, and never reported
+// as held.
+func TestTraceGivenUpHeldPastLimit(t *testing.T) {
 	tel := newTelemetry(t)
 	h := tel.handler(t, options.RetryHandlerOptions{MaxElapsed: 10 * time.Second})
 	const url = "https://graph.example/v1.0/me"
@@ -679,15 +679,12 @@ func TestTraceHeldPastLimitIsSent(t *testing.T) {
 	optOut := context.WithValue(context.Background(), options.Key(), &options.RetryHandlerOptions{MaxRetries: -1})
 	tel.intercept(t, h, &script{steps: []step{{status: 429, retryAfter: "60"}}}, request(t, optOut, http.MethodGet, url, nil, false, false))
 
-	// This one is sent at once, is throttled for 1 s, and its retry, which
-	// the URL's 60 s would hold past the limit, goes after that 1 s.
-	res := tel.intercept(t, h, &script{steps: []step{{status: 429, retryAfter: "1"}, {status: 200}}},
-		request(t, context.Background(), http.MethodGet, url, nil, true, false), time.Second)
+	// This one is sent at once (a first attempt is never refused), is
+	// throttled for 1 s, and its retry would wait for the URL's 60 s.
+	res := tel.intercept(t, h, &script{steps: []step{{status: 429, retryAfter: "1"}}}, request(t, context.Background(), http.MethodGet, url, nil, true, false))
 	require.NoError(t, res.err)
-	assert.Equal(t, http.StatusOK, res.resp.StatusCode)
+	assert.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode)
 	root := tel.ended(t)[spanIntercept]
 	require.NotNil(t, root)
-	for _, e := range events(root) {
-		assert.NotEqual(t, eventHeld, e.name, "never reported as held")
-	}
+	assert.Equal(t, []event{{eventGivenUp, map[string]any{keyStopReason: "max_elapsed", keyResendCount: int64(0), keyStatusCode: int64(429)}}}, events(root))
 }

@@ -182,7 +182,10 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 	notBefore := r.start
 	actx := ctx // the current attempt's context: carries its span
 	for retry := 0; ; retry++ {
-		pass, err := r.admit(ctx, retry, notBefore)
+		pass, held, err := r.admit(ctx, retry, notBefore)
+		if held != "" {
+			return r.giveUp(retry, held, nil)
+		}
 		if err != nil {
 			r.drop()
 			return nil, r.canceled(ctx, retry)
@@ -253,40 +256,64 @@ func (r *reading) now() time.Time {
 // the queue on, once no throttle holds it and its scope's pace allows. The
 // queue holds it no later than the request's own limits (its context's
 // deadline, MaxElapsed and RetriesTimeLimit, which a first attempt's hold
-// counts against too): past them it is sent and the server answers.
-func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (throttle.Pass, error) {
+// counts against too). A first attempt the queue would hold past them is
+// sent at once and the server answers; for a retry, admit returns the
+// limit as the reason not to make it, and the answer in hand is returned.
+func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (throttle.Pass, string, error) {
 	now := r.start // a first attempt is admitted as the request starts
 	if retry > 0 {
 		now = r.h.clock.Now()
 	}
 	if ctx.Err() != nil {
-		return throttle.Pass{Sent: now}, ctx.Err()
+		return throttle.Pass{Sent: now}, "", ctx.Err()
 	}
 	var pass throttle.Pass
 	var err error
 	switch q := r.queue(); {
 	case q != nil && q.Active(r.req):
-		deadline := r.start.Add(r.limits.MaxElapsed)
-		if l := r.limits.RetriesTimeLimit; l > 0 {
-			deadline = earlier(deadline, now.Add(l-r.waited))
-		}
-		if d, ok := ctx.Deadline(); ok {
-			// Context deadlines are wall-clock time, whatever the clock.
-			deadline = earlier(deadline, now.Add(time.Until(d)))
-		}
+		deadline, limit := r.holdDeadline(ctx, now)
 		// The queue sees a copy of the observer, so that the request's run
 		// stays on the stack when the queue is not in the way.
 		obs := &queueObserver{r.obs}
 		pass, err = q.Admit(ctx, r.req, notBefore, deadline, obs)
 		r.obs = obs.observer
+		if errors.Is(err, throttle.ErrHoldTooLong) {
+			if retry > 0 {
+				// The answer in hand is worth more than a retry past the
+				// limits: it is returned.
+				return pass, limit, nil
+			}
+			// No answer in hand: the server answers this one.
+			pass.Sent, err = r.h.clock.Now(), nil
+		}
 	case notBefore.After(now):
 		err = sleepUntil(ctx, r.h.clock, notBefore)
 		pass.Sent = r.h.clock.Now()
 	default:
-		return throttle.Pass{Sent: now}, nil // nothing to wait for
+		return throttle.Pass{Sent: now}, "", nil // nothing to wait for
 	}
 	r.waited += pass.Sent.Sub(now)
-	return pass, err
+	return pass, "", err
+}
+
+// holdDeadline returns the latest time the queue may hold the next
+// attempt, which is sent at now at the earliest, and the limit it comes
+// from: MaxElapsed, RetriesTimeLimit (a first attempt's hold counts as
+// waiting) or the context's deadline.
+func (r *run) holdDeadline(ctx context.Context, now time.Time) (time.Time, string) {
+	deadline, limit := r.start.Add(r.limits.MaxElapsed), stopElapsed
+	if l := r.limits.RetriesTimeLimit; l > 0 {
+		if t := now.Add(l - r.waited); t.Before(deadline) {
+			deadline, limit = t, stopTimeLimit
+		}
+	}
+	// Context deadlines are wall-clock time, whatever the handler's clock.
+	if d, ok := ctx.Deadline(); ok {
+		if t := now.Add(time.Until(d)); t.Before(deadline) {
+			deadline, limit = t, stopDeadline
+		}
+	}
+	return deadline, limit
 }
 
 // sleepUntil waits until at, or until ctx ends.
@@ -303,13 +330,6 @@ func sleepUntil(ctx context.Context, clock options.Clock, at time.Time) error {
 	case <-t.C():
 		return nil
 	}
-}
-
-func earlier(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
 }
 
 // queueObserver reports the queue's holds as the request's signals.

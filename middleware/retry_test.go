@@ -658,8 +658,8 @@ func TestRetryHandler_CancelWhileHeldByQueue(t *testing.T) {
 	assert.Empty(t, clk.Pending(), "its timer is stopped")
 }
 
-func TestRetryHandler_HeldPastMaxElapsedIsSent(t *testing.T) {
-	srv := newScripted(t, throttled("60"), reply{status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": "1"}}, reply{status: http.StatusOK, body: "ok"})
+func TestRetryHandler_HeldPastMaxElapsed(t *testing.T) {
+	srv := newScripted(t, throttled("60"), reply{status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": "1"}, body: "own"})
 	h, clk := newHandler(t, options.RetryHandlerOptions{MaxElapsed: 10 * time.Second})
 	client := newClient(t, h)
 
@@ -669,16 +669,17 @@ func TestRetryHandler_HeldPastMaxElapsedIsSent(t *testing.T) {
 	res, _ := do(clk, client, first)
 	require.NoError(t, res.err)
 
-	// The second is sent at once (its hold would pass MaxElapsed), is
-	// throttled for 1 s, and its retry, which the path's 60 s would hold
-	// past MaxElapsed too, goes after that 1 s: the server answers.
+	// The second is sent at once (with no answer in hand, a hold past
+	// MaxElapsed is not made) and is throttled for 1 s; its retry, which
+	// the path's 60 s would hold past MaxElapsed, is not made: the answer
+	// in hand is returned at once.
 	second, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1.0/me", nil)
 	res, waits := do(clk, client, second)
 	require.NoError(t, res.err)
-	assert.Equal(t, http.StatusOK, res.resp.StatusCode)
-	assert.Equal(t, "ok", res.body)
-	assert.Equal(t, []time.Duration{time.Second}, waits, "only its own delay waited for")
-	assert.Len(t, srv.attempts(), 3)
+	assert.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode)
+	assert.Equal(t, "own", res.body)
+	assert.Empty(t, waits, "nothing waited for")
+	assert.Len(t, srv.attempts(), 2)
 }
 
 // TestRetryHandler_ThrottleWithoutRetryAfterHoldsForPolicyDelay checks that

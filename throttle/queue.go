@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"container/heap"
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -505,9 +506,10 @@ func keepNewest[V any](m map[string]V, keep int, seq func(V) uint64) {
 // not while a throttle it matches lasts, and in FIFO order at its scope's
 // pace while that scope recovers. A hold inferred only from throttles of
 // requests sharing its first segments is tested: one matching request at a
-// time goes as a probe. A hold that would pass deadline (zero: none) is
-// not made: the attempt goes at notBefore and the server answers. Admit
-// returns the context's error if it ends first. obs, when not nil, hears
+// time goes as a probe. A hold that would pass deadline (zero: none; the
+// caller includes the context's deadline, in the queue's clock) is not
+// made: Admit returns ErrHoldTooLong at once, and the caller decides. Admit returns the context's error if it
+// ends first. obs, when not nil, hears
 // when the request is held and released.
 func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadline time.Time, obs Observer) (Pass, error) {
 	s := q.state(hostKey(req), false)
@@ -515,13 +517,7 @@ func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadlin
 		err := sleepUntil(ctx, q.clock, notBefore)
 		return Pass{Sent: later(q.clock.Now(), notBefore), host: s}, err
 	}
-	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
-		deadline = d
-	}
 	p, err := q.acquire(ctx, s, q.newTarget(req), notBefore, deadline, obs)
-	if err == errHoldTooLong {
-		err = sleepUntil(ctx, q.clock, notBefore)
-	}
 	p.Sent, p.host = q.clock.Now(), s
 	return p, err
 }
@@ -580,16 +576,14 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	}
 }
 
-// errHoldTooLong is returned by acquire when the request would be
-// released only after the latest time it may be sent.
-var errHoldTooLong = errHold{}
-
-type errHold struct{}
-
-func (errHold) Error() string { return "throttle: held past the request's limits" }
+// ErrHoldTooLong is returned by Admit, at once, when the throttles the
+// request matches would hold it past its deadline: a retry is better not
+// made, and the answer in hand returned; a first attempt, with no answer in
+// hand, is best sent at once for the server to answer.
+var ErrHoldTooLong = errors.New("throttle: held past the request's limits")
 
 // acquire blocks the calling request until it may be sent. It returns
-// errHoldTooLong when release would come after deadline.
+// ErrHoldTooLong when release would come after deadline.
 func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore, deadline time.Time, obs Observer) (pass Pass, err error) {
 	s.mu.Lock()
 	now := q.clock.Now()
@@ -600,7 +594,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 	}
 	if !deadline.IsZero() && eligible.After(deadline) {
 		s.mu.Unlock()
-		return Pass{}, errHoldTooLong
+		return Pass{}, ErrHoldTooLong
 	}
 	sc := h.scope
 	if sc == nil {
@@ -653,7 +647,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				heap.Remove(&sc.waiters, w.index)
 				sc.kick()
 				s.mu.Unlock()
-				return Pass{}, errHoldTooLong
+				return Pass{}, ErrHoldTooLong
 			}
 			if !at.After(now) {
 				heap.Remove(&sc.waiters, w.index)
@@ -677,7 +671,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			if !deadline.IsZero() && (w.eligible.After(deadline) || !now.Before(deadline)) {
 				heap.Remove(&sc.waiters, w.index)
 				s.mu.Unlock()
-				return Pass{}, errHoldTooLong
+				return Pass{}, ErrHoldTooLong
 			}
 			s.mu.Unlock()
 			held(now, now.Add(time.Nanosecond))

@@ -326,16 +326,16 @@ func TestQueueDeadline(t *testing.T) {
 		held []waiting
 		want []acquired
 	}{
-		{"released after the deadline: refused at once", 10 * s, []waiting{{me, 5 * s}}, []acquired{{id: 0, err: errHoldTooLong}}},
+		{"released after the deadline: refused at once", 10 * s, []waiting{{me, 5 * s}}, []acquired{{id: 0, err: ErrHoldTooLong}}},
 		{"released at the deadline", 10 * s, []waiting{{me, 10 * s}}, []acquired{{id: 0, at: 10 * s}}},
 		{"released before the deadline", 10 * s, []waiting{{me, 15 * s}}, []acquired{{id: 0, at: 10 * s}}},
-		{"behind another held request: refused at once", 10 * s, []waiting{{me, 0}, {me, 5 * s}}, []acquired{{id: 1, err: errHoldTooLong}, {id: 0, at: 10 * s}}},
-		{"paced past the deadline: refused at once", 0, []waiting{{me, 0}, {me, 50 * ms}}, []acquired{{id: 0}, {id: 1, err: errHoldTooLong}}},
+		{"behind another held request: refused at once", 10 * s, []waiting{{me, 0}, {me, 5 * s}}, []acquired{{id: 1, err: ErrHoldTooLong}, {id: 0, at: 10 * s}}},
+		{"paced past the deadline: refused at once", 0, []waiting{{me, 0}, {me, 50 * ms}}, []acquired{{id: 0}, {id: 1, err: ErrHoldTooLong}}},
 		{"paced before the deadline", 0, []waiting{{me, 0}, {me, 100 * ms}}, []acquired{{id: 0}, {id: 1, at: 100 * ms}}},
 		{
 			"its turn comes after the deadline: refused at the deadline", 1 * s,
 			[]waiting{{me, 0}, {me, 0}, {me, 0}, {me, 1150 * ms}},
-			[]acquired{{id: 0, at: 1 * s}, {id: 1, at: 1100 * ms}, {id: 3, err: errHoldTooLong, at: 1150 * ms}, {id: 2, at: 1200 * ms}},
+			[]acquired{{id: 0, at: 1 * s}, {id: 1, at: 1100 * ms}, {id: 3, err: ErrHoldTooLong, at: 1150 * ms}, {id: 2, at: 1200 * ms}},
 		},
 	}
 	for _, tt := range tests {
