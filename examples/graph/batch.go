@@ -181,9 +181,9 @@ func countStatuses(resp msgraphgocore.BatchResponse) map[int32]int {
 }
 
 // runBatch sends a BatchRequest of addMailboxSteps, then a
-// BatchRequestCollection of 45 reads, through adapter; the retry handler
-// resends their throttled steps, so every step comes back with its final
-// status.
+// BatchRequestCollection of 45 reads of three other mailboxes, through
+// adapter; the retry handler resends their throttled steps, so every step
+// comes back with its final status.
 func runBatch(ctx context.Context, adapter *msgraphgocore.GraphRequestAdapterBase) (batchReport, error) {
 	var r batchReport
 	gsc := msgraphsdk.NewGraphServiceClient(adapter)
@@ -198,7 +198,7 @@ func runBatch(ctx context.Context, adapter *msgraphgocore.GraphRequestAdapterBas
 	r.batch = countStatuses(resp)
 
 	collection := msgraphgocore.NewBatchRequestCollection(adapter)
-	if err := addReads(ctx, gsc, collection, 45, "adele", "bob", "carol"); err != nil {
+	if err := addReads(ctx, gsc, collection, 45, "carol", "dave", "erin"); err != nil {
 		return r, err
 	}
 	if resp, err = collection.Send(ctx, adapter); err != nil {

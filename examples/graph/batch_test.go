@@ -236,3 +236,20 @@ func TestBatchRequestCollectionSend(t *testing.T) {
 	assert.Equal(t, 45+st.Throttled, st.Attempts, "each throttled step resent, nothing else")
 	assert.Zero(t, st.Early)
 }
+
+// What make example prints of the batches: every step 2xx.
+func TestRunBatch(t *testing.T) {
+	srv := throttletest.NewServer(throttletest.Config{Rules: []throttletest.Rule{mailboxRule()}})
+	defer srv.Close()
+	adapter, err := newBatchAdapter(srv.URL)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := runBatch(ctx, adapter)
+	require.NoError(t, err)
+	var out strings.Builder
+	r.print(&out)
+	assert.Equal(t, "BatchRequest, 20 steps on two mailboxes: 19 answered 200, 1 answered 201\n"+
+		"BatchRequestCollection, 45 steps in 3 batches: 45 answered 200\n", out.String())
+	assert.Positive(t, srv.Stats().Throttled)
+}
