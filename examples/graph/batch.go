@@ -207,3 +207,23 @@ func runBatch(ctx context.Context, adapter *msgraphgocore.GraphRequestAdapterBas
 	r.collection = countStatuses(resp)
 	return r, nil
 }
+
+// printBatches runs runBatch against a server whose budgets are per
+// mailbox, as Outlook's are, so that a batch's items are throttled on
+// their own, and writes what Send returned and what the server saw.
+func printBatches(ctx context.Context, w io.Writer) error {
+	srv := throttletest.NewServer(throttletest.Config{Rules: []throttletest.Rule{mailboxRule()}})
+	defer srv.Close()
+	adapter, err := newBatchAdapter(srv.URL)
+	if err != nil {
+		return err
+	}
+	r, err := runBatch(ctx, adapter)
+	if err != nil {
+		return err
+	}
+	r.print(w)
+	st := srv.Stats()
+	fmt.Fprintf(w, "server: %d item attempts, %d answered 429 and resent, %d resent early\n", st.Attempts, st.Throttled, st.Early)
+	return nil
+}

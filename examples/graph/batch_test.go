@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -243,19 +244,23 @@ func TestBatchRequestCollectionSend(t *testing.T) {
 	assert.Zero(t, st.Early)
 }
 
-// What make example prints of the batches: every step 2xx.
-func TestRunBatch(t *testing.T) {
-	srv := throttletest.NewServer(throttletest.Config{Rules: []throttletest.Rule{mailboxRule()}})
-	defer srv.Close()
-	adapter, err := newBatchAdapter(srv.URL)
-	require.NoError(t, err)
+// What make example prints of the batches: every step 2xx, some resent,
+// none early.
+func TestPrintBatches(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := runBatch(ctx, adapter)
-	require.NoError(t, err)
 	var out strings.Builder
-	r.print(&out)
-	assert.Equal(t, "BatchRequest, 20 steps on two mailboxes: 19 answered 200, 1 answered 201\n"+
-		"BatchRequestCollection, 45 steps in 3 batches: 45 answered 200\n", out.String())
-	assert.Positive(t, srv.Stats().Throttled)
+	require.NoError(t, printBatches(ctx, &out))
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	require.Len(t, lines, 3, out.String())
+	assert.Equal(t, "BatchRequest, 20 steps on two mailboxes: 19 answered 200, 1 answered 201", lines[0])
+	assert.Equal(t, "BatchRequestCollection, 45 steps in 3 batches: 45 answered 200", lines[1])
+	var attempts, throttled, early int
+	_, err := fmt.Sscanf(lines[2], "server: %d item attempts, %d answered 429 and resent, %d resent early", &attempts, &throttled, &early)
+	require.NoError(t, err, lines[2])
+	// The profile's first answer, a 424, is the server's without an attempt;
+	// its resend is one.
+	assert.Equal(t, 65+throttled, attempts, "each throttled item resent, nothing else")
+	assert.Positive(t, throttled)
+	assert.Zero(t, early)
 }

@@ -48,23 +48,10 @@ func main() {
 	st := srv.Stats()
 	fmt.Printf("server: %d attempts, %d answered 429, %d retries sent early\n", st.Attempts, st.Throttled, st.Early)
 
-	// JSON batches against a server whose budgets are per mailbox, as
-	// Outlook's are: a batch's items are throttled on their own.
-	batchSrv := throttletest.NewServer(throttletest.Config{Rules: []throttletest.Rule{mailboxRule()}})
-	defer batchSrv.Close()
-	adapter, err := newBatchAdapter(batchSrv.URL)
-	if err == nil {
-		var br batchReport
-		if br, err = runBatch(ctx, adapter); err == nil {
-			br.print(os.Stdout)
-		}
-	}
-	if err != nil {
+	if err := printBatches(ctx, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "graph example:", err)
 		os.Exit(1)
 	}
-	st = batchSrv.Stats()
-	fmt.Printf("server: %d item attempts, %d answered 429 and resent, %d resent early\n", st.Attempts, st.Throttled, st.Early)
 }
 
 // report is what the Graph calls returned.
