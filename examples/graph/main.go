@@ -1,8 +1,10 @@
 // Command graph runs Microsoft Graph's own client, msgraph-sdk-go's
 // GraphServiceClient, on graph.NewClient against throttletest's Graph-like
 // server, which throttles: Me(), every user paged through with
-// PageIterator, a POST, and per-request retry options passed the way
-// generated request configurations take them.
+// PageIterator, a POST, per-request retry options passed the way
+// generated request configurations take them, and msgraph-sdk-go-core's
+// BatchRequest and BatchRequestCollection, whose throttled steps the retry
+// handler resends.
 //
 //	make example
 package main
@@ -45,6 +47,11 @@ func main() {
 	r.print(os.Stdout)
 	st := srv.Stats()
 	fmt.Printf("server: %d attempts, %d answered 429, %d retries sent early\n", st.Attempts, st.Throttled, st.Early)
+
+	if err := printBatches(ctx, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "graph example:", err)
+		os.Exit(1)
+	}
 }
 
 // report is what the Graph calls returned.

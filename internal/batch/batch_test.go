@@ -38,7 +38,7 @@ type resent struct {
 }
 
 func TestCompleterFixtures(t *testing.T) {
-	for _, name := range []string{"partial", "depends", "gateway", "outoforder"} {
+	for _, name := range []string{"partial", "depends", "gateway", "outoforder", "msgraph-sdk-go-core"} {
 		t.Run(name, func(t *testing.T) {
 			raw, err := os.ReadFile(filepath.Join(fixtures, name+".json"))
 			require.NoError(t, err)
