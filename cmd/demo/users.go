@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 
 	abs "github.com/microsoft/kiota-abstractions-go"
 )
@@ -12,7 +13,9 @@ import (
 // users.UsersRequestBuilder and UserItemRequestBuilder): a URL template,
 // path parameters, a request configuration carrying headers and request
 // options, and the request adapter to send through. The bodies are plain
-// JSON, so that the demo needs no serialization library.
+// JSON, so that the demo needs no serialization library. Each request gets
+// its own copy of the path parameters: the request adapter writes the base
+// URL into them, and one builder serves every worker.
 
 // user is the part of a Graph user the demo reads back.
 type user struct {
@@ -35,7 +38,7 @@ func (b *usersRequestBuilder) ByUserID(id string) *userItemRequestBuilder {
 
 // Post creates a user from body, a JSON object.
 func (b *usersRequestBuilder) Post(ctx context.Context, body []byte, config *abs.RequestConfiguration[abs.DefaultQueryParameters]) (*user, error) {
-	info := abs.NewRequestInformationWithMethodAndUrlTemplateAndPathParameters(abs.POST, b.UrlTemplate, b.PathParameters)
+	info := abs.NewRequestInformationWithMethodAndUrlTemplateAndPathParameters(abs.POST, b.UrlTemplate, maps.Clone(b.PathParameters))
 	abs.ConfigureRequestInformation(info, config)
 	info.Headers.TryAdd("Accept", "application/json")
 	info.SetStreamContentAndContentType(body, "application/json")
@@ -47,7 +50,7 @@ type userItemRequestBuilder struct{ abs.BaseRequestBuilder }
 
 // Get reads the user.
 func (b *userItemRequestBuilder) Get(ctx context.Context, config *abs.RequestConfiguration[abs.DefaultQueryParameters]) (*user, error) {
-	info := abs.NewRequestInformationWithMethodAndUrlTemplateAndPathParameters(abs.GET, b.UrlTemplate, b.PathParameters)
+	info := abs.NewRequestInformationWithMethodAndUrlTemplateAndPathParameters(abs.GET, b.UrlTemplate, maps.Clone(b.PathParameters))
 	abs.ConfigureRequestInformation(info, config)
 	info.Headers.TryAdd("Accept", "application/json")
 	return send(ctx, b.RequestAdapter, info)
