@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/batch"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/effective"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/metrics"
 	"github.com/kiota-resilience/kiota-resilience-go/observability"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
@@ -42,7 +44,7 @@ type batchRun struct {
 	batchURL  *url.URL
 	ctx       context.Context // the caller's request's
 	clock     options.Clock
-	inst      *observability.Instruments
+	inst      *metrics.Instruments
 	span      trace.Span // the handler's span; nil when tracing is off
 
 	resend []byte       // the body of the next resend
@@ -75,7 +77,8 @@ func (r *run) completeBatch() *batchRun {
 	if err != nil {
 		return nil
 	}
-	c.Retryable = r.opts.Retryable
+	opts := r.opts // not r, which would then escape for every request
+	c.Retryable = func(status int) bool { return effective.Retryable(opts, status) }
 	b := &batchRun{
 		next: r.pipeline, completer: c, batchURL: r.req.URL, ctx: r.req.Context(),
 		clock: r.h.clock, inst: r.obs.inst, span: r.obs.span,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/effective"
 	"github.com/kiota-resilience/kiota-resilience-go/middleware"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
@@ -108,7 +109,7 @@ func FuzzRetryDelay(f *testing.F) {
 			// the handler around the same policy value with a pinned
 			// source (and the default MaxRetries it implies), so that the
 			// model can ask it for the same delays.
-			p := opts.EffectivePolicy().(options.Exponential)
+			p := effective.Policy(&opts).(options.Exponential)
 			p.Random = func() float64 { return random }
 			opts.Policy = p
 			if opts.MaxRetries == 0 {
@@ -158,9 +159,9 @@ type modelResult struct {
 // modelRun replays the handler's rules for a run against the scripted
 // pipeline, with limits checked in big integers.
 func modelRun(t *testing.T, opts *options.RetryHandlerOptions, status, nFail int, header http.Header, step time.Duration) modelResult {
-	limits := opts.Limits()
-	policy := opts.EffectivePolicy()
-	retryable := opts.Retryable(status)
+	limits := effective.LimitsOf(opts)
+	policy := effective.Policy(opts)
+	retryable := effective.Retryable(opts, status)
 	start := fuzzNow
 	now := start
 	waited := new(big.Int)

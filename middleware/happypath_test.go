@@ -57,7 +57,7 @@ func TestRetryHandler_HappyPathCost(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := &countingClock{Clock: options.SystemClock}
+			clock := &countingClock{Clock: options.SystemClock()}
 			h, err := NewRetryHandler(options.RetryHandlerOptions{Clock: clock, Queue: options.QueueOptions{Disabled: tt.queueOff}})
 			require.NoError(t, err)
 			req, err := http.NewRequestWithContext(context.Background(), tt.method, "https://graph.example/v1.0/groups", nil)

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/metrics"
 	"github.com/kiota-resilience/kiota-resilience-go/observability"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
@@ -27,7 +28,7 @@ import (
 // ObservabilityOptions (NetHttpRequestAdapter always puts them there);
 // metrics are always recorded, through the handler's instruments.
 type observer struct {
-	inst  *observability.Instruments
+	inst  *metrics.Instruments
 	clock options.Clock
 
 	span    trace.Span // the handler's span; nil when tracing is off
@@ -77,7 +78,7 @@ func (o *observer) retrying(ctx context.Context, n int, resp *http.Response, err
 		status = resp.StatusCode
 	}
 	reason := retryReason(err)
-	o.retry = observability.RetryAttributes(status, reason)
+	o.retry = metrics.RetryAttributes(status, reason)
 	o.pending = true
 	o.inst.RetryDelayed(ctx, o.retry, delay)
 	if o.span == nil {

@@ -21,7 +21,8 @@ import (
 
 	nethttplibrary "github.com/microsoft/kiota-http-go"
 
-	"github.com/kiota-resilience/kiota-resilience-go/observability"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/effective"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/metrics"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/throttle"
 )
@@ -35,11 +36,11 @@ var ErrAttemptTimeout = errors.New("attempt timed out")
 // to serve every request of a client.
 type RetryHandler struct {
 	opts   options.RetryHandlerOptions
-	policy options.Policy // opts.EffectivePolicy(), built once
-	limits options.Limits // opts.Limits()
+	policy options.Policy   // effective.Policy(opts), built once
+	limits effective.Limits // effective.LimitsOf(opts)
 	clock  options.Clock
 	queue  *throttle.Queue // nil when the handler's options turn it off
-	inst   *observability.Instruments
+	inst   *metrics.Instruments
 	stats  stats
 }
 
@@ -59,11 +60,11 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 	opts.StatusCodes = append([]int(nil), opts.StatusCodes...)
 	clock := opts.Clock
 	if clock == nil {
-		clock = options.SystemClock
+		clock = options.SystemClock()
 	}
 	h := &RetryHandler{
-		opts: opts, policy: opts.EffectivePolicy(), limits: opts.Limits(),
-		clock: clock, inst: observability.NewInstruments(opts.MeterProvider),
+		opts: opts, policy: effective.Policy(&opts), limits: effective.LimitsOf(&opts),
+		clock: clock, inst: metrics.New(opts.MeterProvider),
 	}
 	if !opts.Queue.Disabled {
 		h.queue = throttle.New(clock, opts.Queue)
@@ -100,7 +101,7 @@ func (h *RetryHandler) Intercept(pipeline nethttplibrary.Pipeline, index int, re
 	switch o := req.Context().Value(retryOptionsKey).(type) {
 	case nil:
 		if o := fromKiota(req, &h.opts); o != nil {
-			r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
+			r.opts, r.policy, r.limits = o, effective.Policy(o), effective.LimitsOf(o)
 		}
 	case *options.RetryHandlerOptions:
 		if o != nil {
@@ -132,7 +133,7 @@ func (r *run) override(o *options.RetryHandlerOptions) error {
 		closeRequestBody(r.req)
 		return fmt.Errorf("retry handler: %s %s: per-request options: %w", r.req.Method, hostOf(r.req), err)
 	}
-	r.opts, r.policy, r.limits = o, o.EffectivePolicy(), o.Limits()
+	r.opts, r.policy, r.limits = o, effective.Policy(o), effective.LimitsOf(o)
 	return nil
 }
 
@@ -141,7 +142,7 @@ type run struct {
 	h        *RetryHandler
 	opts     *options.RetryHandlerOptions
 	policy   options.Policy
-	limits   options.Limits
+	limits   effective.Limits
 	pipeline nethttplibrary.Pipeline
 	index    int
 	req      *http.Request
@@ -462,7 +463,7 @@ func (r *run) classify(req *http.Request, resp *http.Response, err error, wrote 
 	if err != nil && permanent(err) {
 		return stopPermanent
 	}
-	failed := err != nil || r.opts.Retryable(resp.StatusCode)
+	failed := err != nil || effective.Retryable(r.opts, resp.StatusCode)
 	if c, ok := r.policy.(options.Classifier); ok {
 		a := options.Attempt{Retry: n, Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: peek(resp), Err: err}
 		if retry, decided := c.Retryable(a); decided {

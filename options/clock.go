@@ -3,7 +3,7 @@ package options
 import "time"
 
 // Clock is the source of time used by the handler for delays, limits and
-// per-attempt timeouts. Tests inject a fake one; nil means SystemClock.
+// per-attempt timeouts. Tests inject a fake one; nil means SystemClock().
 type Clock interface {
 	// Now returns the current time.
 	Now() time.Time
@@ -21,8 +21,8 @@ type Timer interface {
 	Stop() bool
 }
 
-// SystemClock is the Clock backed by package time.
-var SystemClock Clock = systemClock{}
+// SystemClock returns the Clock backed by package time.
+func SystemClock() Clock { return systemClock{} }
 
 type systemClock struct{}
 

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/effective"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -279,7 +280,7 @@ func TestEffectivePolicyFollowsMaxRetries(t *testing.T) {
 	}{{0, 10}, {3, 3}, {20, 20}}
 	for _, tt := range tests {
 		o := options.RetryHandlerOptions{MaxRetries: tt.maxRetries}
-		got := len(schedule(t, o.EffectivePolicy(), 100))
+		got := len(schedule(t, effective.Policy(&o), 100))
 		assert.Equal(t, tt.want, got, "MaxRetries %d", tt.maxRetries)
 	}
 }

@@ -7,7 +7,6 @@ package options
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"reflect"
 	"strings"
 	"time"
@@ -23,10 +22,6 @@ const (
 	DefaultMaxDelay     = 180 * time.Second
 	DefaultMaxElapsed   = 1800 * time.Second
 )
-
-// DefaultStatusCodes are the response status codes retried when
-// RetryHandlerOptions.StatusCodes is empty: 429, 503 and 504 (R10).
-var DefaultStatusCodes = []int{http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusGatewayTimeout}
 
 // ErrInvalidOption is wrapped by every validation error, so callers can
 // tell a configuration mistake from a failed request with errors.Is.
@@ -68,7 +63,7 @@ type RetryHandlerOptions struct {
 	// Policy type, apply on top of any policy.
 	Policy Policy
 	// StatusCodes lists the response status codes that count as a failed,
-	// retryable attempt. Empty: DefaultStatusCodes (429, 503, 504).
+	// retryable attempt. Empty: 429, 503 and 504.
 	StatusCodes []int
 	// ShouldRetry, when set, is asked before every retry and may veto it by
 	// returning false; the failed response or error is then returned as is.
@@ -188,52 +183,6 @@ func firstNegative(typ string, fields ...duration) error {
 		}
 	}
 	return nil
-}
-
-// Limits are the ceilings the handler enforces on top of any policy, with
-// defaults resolved.
-type Limits struct {
-	// MaxRetries is the cap on retries; 0 means no cap of its own (a policy
-	// decides), < 0 means never retry.
-	MaxRetries       int
-	MaxElapsed       time.Duration
-	RetriesTimeLimit time.Duration
-}
-
-// Limits returns the ceilings with defaults resolved: MaxRetries defaults to
-// 10 only when no Policy is set, MaxElapsed to 1800 s.
-func (o *RetryHandlerOptions) Limits() Limits {
-	l := Limits{MaxRetries: o.MaxRetries, MaxElapsed: o.MaxElapsed, RetriesTimeLimit: o.RetriesTimeLimit}
-	if l.MaxRetries == 0 && o.Policy == nil {
-		l.MaxRetries = DefaultMaxRetries
-	}
-	if l.MaxElapsed == 0 {
-		l.MaxElapsed = DefaultMaxElapsed
-	}
-	return l
-}
-
-// EffectivePolicy returns Policy, or the default backoff built from
-// InitialDelay and MaxDelay when Policy is nil.
-func (o *RetryHandlerOptions) EffectivePolicy() Policy {
-	if o.Policy != nil {
-		return o.Policy
-	}
-	return Exponential{Retries: max(o.MaxRetries, 0), InitialDelay: o.InitialDelay, MaxDelay: o.MaxDelay}
-}
-
-// Retryable reports whether status is one of the retried status codes.
-func (o *RetryHandlerOptions) Retryable(status int) bool {
-	codes := o.StatusCodes
-	if len(codes) == 0 {
-		codes = DefaultStatusCodes
-	}
-	for _, c := range codes {
-		if c == status {
-			return true
-		}
-	}
-	return false
 }
 
 // QueueOptions configures the throttle-aware queue that holds requests

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/effective"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -87,14 +88,14 @@ func FuzzValidate(f *testing.F) {
 		for _, c := range o.StatusCodes {
 			require.True(t, c >= 100 && c <= 999, "status code %d accepted", c)
 		}
-		limits := o.Limits()
+		limits := effective.LimitsOf(&o)
 		require.Positive(t, limits.MaxElapsed)
 		require.GreaterOrEqual(t, limits.RetriesTimeLimit, time.Duration(0))
 
 		a := options.Attempt{Retry: retry, Elapsed: time.Duration(elapsed)}
-		d, retryOK := o.EffectivePolicy().Next(a)
+		d, retryOK := effective.Policy(&o).Next(a)
 		require.GreaterOrEqual(t, d, time.Duration(0), "negative delay")
-		if e, ok := exponential(o.EffectivePolicy()); ok && retryOK {
+		if e, ok := exponential(effective.Policy(&o)); ok && retryOK {
 			// The documented schedule, min(MaxDelay, InitialDelay·n²),
 			// in exact arithmetic; the jitter takes off at most 20 %.
 			initial, capped := e.InitialDelay, e.MaxDelay

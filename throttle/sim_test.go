@@ -126,7 +126,7 @@ func simulate(t *testing.T, opts options.QueueOptions, w simWorkload) simResult 
 			rng := rand.New(rand.NewPCG(3, 4))
 			srv.dial = func() time.Duration { return time.Duration(rng.Int64N(int64(w.dial))) }
 		}
-		q := New(options.SystemClock, opts)
+		q := New(options.SystemClock(), opts)
 		if w.pacer != "" {
 			setPacer(q, w.pacer)
 		}

@@ -1,4 +1,6 @@
-package observability
+// Package metrics holds the retry handler's metric instruments, named
+// as package observability documents them.
+package metrics
 
 import (
 	"context"
@@ -10,13 +12,15 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/kiota-resilience/kiota-resilience-go/observability"
 )
 
-// DurationBuckets are the histogram bucket boundaries, in seconds, advised
-// for MetricDelay and MetricQueueDuration. The SDK's default boundaries
+// durationBuckets are the histogram bucket boundaries, in seconds, advised
+// for observability.MetricDelay and observability.MetricQueueDuration. The SDK's default boundaries
 // suit milliseconds; retry delays run from nothing to the 180 s default cap
 // and beyond when a server's Retry-After asks for more.
-var DurationBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 180, 300, 600, 1800}
+var durationBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 180, 300, 600, 1800}
 
 // Instruments are the metric instruments of one retry handler, created once
 // from a MeterProvider and safe for concurrent use. Requests that succeed at
@@ -29,48 +33,48 @@ type Instruments struct {
 	batchItems    metric.Int64Counter
 }
 
-// NewInstruments creates the handler's instruments from mp, under the meter
+// New creates the handler's instruments from mp, under the meter
 // named ScopeName; nil mp means otel.GetMeterProvider(), whose instruments
 // forward to whatever provider the application installs later. An
 // instrument the provider fails to create is reported to otel.Handle and
 // replaced by a no-op one: telemetry must never stop requests.
-func NewInstruments(mp metric.MeterProvider) *Instruments {
+func New(mp metric.MeterProvider) *Instruments {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := mp.Meter(ScopeName)
+	m := mp.Meter(observability.ScopeName)
 	in := &Instruments{}
 	var err error
-	in.retries, err = m.Int64Counter(MetricRetries, metric.WithUnit(UnitRetries),
+	in.retries, err = m.Int64Counter(observability.MetricRetries, metric.WithUnit(observability.UnitRetries),
 		metric.WithDescription("Retries sent by the retry handler."))
 	if err != nil || in.retries == nil {
-		report(MetricRetries, err)
+		report(observability.MetricRetries, err)
 		in.retries = noop.Int64Counter{}
 	}
-	in.delay, err = m.Float64Histogram(MetricDelay, metric.WithUnit(UnitDelay),
+	in.delay, err = m.Float64Histogram(observability.MetricDelay, metric.WithUnit(observability.UnitDelay),
 		metric.WithDescription("Delay waited before each retry."),
-		metric.WithExplicitBucketBoundaries(DurationBuckets...))
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	if err != nil || in.delay == nil {
-		report(MetricDelay, err)
+		report(observability.MetricDelay, err)
 		in.delay = noop.Float64Histogram{}
 	}
-	in.queueDuration, err = m.Float64Histogram(MetricQueueDuration, metric.WithUnit(UnitQueueDuration),
+	in.queueDuration, err = m.Float64Histogram(observability.MetricQueueDuration, metric.WithUnit(observability.UnitQueueDuration),
 		metric.WithDescription("Time a request was held by the throttle queue."),
-		metric.WithExplicitBucketBoundaries(DurationBuckets...))
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
 	if err != nil || in.queueDuration == nil {
-		report(MetricQueueDuration, err)
+		report(observability.MetricQueueDuration, err)
 		in.queueDuration = noop.Float64Histogram{}
 	}
-	in.held, err = m.Int64UpDownCounter(MetricQueueHeldRequests, metric.WithUnit(UnitQueueHeldRequests),
+	in.held, err = m.Int64UpDownCounter(observability.MetricQueueHeldRequests, metric.WithUnit(observability.UnitQueueHeldRequests),
 		metric.WithDescription("Requests held by the throttle queue right now."))
 	if err != nil || in.held == nil {
-		report(MetricQueueHeldRequests, err)
+		report(observability.MetricQueueHeldRequests, err)
 		in.held = noop.Int64UpDownCounter{}
 	}
-	in.batchItems, err = m.Int64Counter(MetricBatchItemsResent, metric.WithUnit(UnitBatchItemsResent),
+	in.batchItems, err = m.Int64Counter(observability.MetricBatchItemsResent, metric.WithUnit(observability.UnitBatchItemsResent),
 		metric.WithDescription("Items of JSON batches resent because they were throttled or depended on one that was."))
 	if err != nil || in.batchItems == nil {
-		report(MetricBatchItemsResent, err)
+		report(observability.MetricBatchItemsResent, err)
 		in.batchItems = noop.Int64Counter{}
 	}
 	return in
@@ -80,17 +84,17 @@ func report(name string, err error) {
 	if err == nil {
 		err = errors.New("meter provider returned no instrument")
 	}
-	otel.Handle(fmt.Errorf("observability: creating instrument %s: %w", name, err))
+	otel.Handle(fmt.Errorf("retry handler: creating instrument %s: %w", name, err))
 }
 
-// RetryAttributes returns the attributes of MetricRetries and MetricDelay
+// RetryAttributes returns the attributes of observability.MetricRetries and observability.MetricDelay
 // for a retry caused by a response with the given status code (0 when a
 // transport error caused it) for the given RetryReason value.
 func RetryAttributes(status int, reason string) attribute.Set {
 	if status == 0 {
-		return attribute.NewSet(RetryReasonKey.String(reason))
+		return attribute.NewSet(observability.RetryReasonKey.String(reason))
 	}
-	return attribute.NewSet(HTTPResponseStatusCodeKey.Int(status), RetryReasonKey.String(reason))
+	return attribute.NewSet(observability.HTTPResponseStatusCodeKey.Int(status), observability.RetryReasonKey.String(reason))
 }
 
 // RetryDelayed records the delay decided before a retry; attrs come from
@@ -119,5 +123,5 @@ func (in *Instruments) Released(ctx context.Context, d time.Duration) {
 // BatchItemsResent counts n items of a JSON batch resent because they were
 // answered status.
 func (in *Instruments) BatchItemsResent(ctx context.Context, status, n int) {
-	in.batchItems.Add(ctx, int64(n), metric.WithAttributes(HTTPResponseStatusCodeKey.Int(status)))
+	in.batchItems.Add(ctx, int64(n), metric.WithAttributes(observability.HTTPResponseStatusCodeKey.Int(status)))
 }
