@@ -14,7 +14,7 @@ import (
 var errStaleBody = errors.New("retry handler: request body was replaced by a newer attempt")
 
 // replayer hands every attempt a body that yields the same bytes as the
-// caller's request body, without buffering it (R2, R9).
+// caller's request body, without buffering it.
 type replayer struct {
 	orig    io.ReadCloser
 	getBody func() (io.ReadCloser, error)

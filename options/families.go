@@ -91,7 +91,7 @@ func (p Linear) Validate() error {
 }
 
 // AzureStorageExponential is the Azure Storage client library's default
-// policy (RetryPolicies.RetryExponential, R17). The delay before retry n
+// policy (RetryPolicies.RetryExponential). The delay before retry n
 // (1 for the first retry) is
 //
 //	k     = n − 1
@@ -146,7 +146,7 @@ func (p AzureStorageExponential) Validate() error {
 	return nil
 }
 
-// APIManagement mirrors Azure API Management's retry policy (R18): the
+// APIManagement mirrors Azure API Management's retry policy: the
 // attributes count, interval, max-interval, delta, first-fast-retry and
 // condition become Count, Interval, MaxInterval, Delta, FirstFastRetry and
 // Condition. The fields that are set choose the schedule; the delay before

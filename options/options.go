@@ -15,7 +15,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 )
 
-// Defaults applied to zero-valued fields of RetryHandlerOptions (R6).
+// Defaults applied to zero-valued fields of RetryHandlerOptions, as the
+// Graph retry handler design sets them.
 const (
 	DefaultMaxRetries   = 10
 	DefaultInitialDelay = 3 * time.Second
@@ -54,7 +55,7 @@ type RetryHandlerOptions struct {
 	// RetriesTimeLimit, when > 0, bounds the cumulative time spent waiting
 	// between attempts: before each retry, that time plus the next delay
 	// (the Retry-After value when present) is compared with the limit and,
-	// if it would exceed it, the failed response is returned at once (R8).
+	// if it would exceed it, the failed response is returned at once.
 	// 0: off.
 	RetriesTimeLimit time.Duration
 	// Policy decides whether to retry a failed attempt and after what delay.

@@ -82,7 +82,7 @@ type PolicyFunc func(a Attempt) (time.Duration, bool)
 // Next calls f(a).
 func (f PolicyFunc) Next(a Attempt) (time.Duration, bool) { return f(a) }
 
-// Exponential is the Graph design's default backoff (R5, R6). The delay
+// Exponential is the Graph design's default backoff. The delay
 // before retry n (1 for the first retry) is
 //
 //	d(n)  = min(MaxDelay, InitialDelay · n²)
