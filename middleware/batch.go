@@ -208,7 +208,7 @@ func (b *batchRun) learn(a itemAnswer) {
 // request returns the item as a request of its own, sent to the host the
 // batch named (its Host header when set) unless its URL names another.
 func (a *itemAnswer) request(batchReq *http.Request) *http.Request {
-	req := &http.Request{Method: a.Method, URL: a.url, Header: http.Header{}}
+	req := &http.Request{Method: a.Method, URL: a.url}
 	if a.url.Host == batchReq.URL.Host {
 		req.Host = batchReq.Host
 	}
