@@ -17,6 +17,7 @@ import (
 	"github.com/kiota-resilience/kiota-resilience-go/internal/metrics"
 	"github.com/kiota-resilience/kiota-resilience-go/observability"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
+	"github.com/kiota-resilience/kiota-resilience-go/throttle"
 )
 
 // batchRun completes one JSON batch request. It stands between the retry
@@ -57,9 +58,22 @@ type batchRun struct {
 	stopped  bool           // completion stopped: attempts pass through untouched
 
 	// itemAnswered, when set, is told every item answer the server sent,
-	// with the item's URL resolved against the batch's service root, so
-	// that throttles of single items can be learned from.
-	itemAnswered func(item batch.Item, u *url.URL)
+	// so that throttles of single items can be learned from: learn, when
+	// the handler has a queue.
+	itemAnswered func(itemAnswer)
+	queue        *throttle.Queue
+	policy       options.Policy // the request's, for a 429 item naming no Retry-After
+	req          *http.Request  // the caller's
+	start        time.Time      // when the first attempt was sent
+}
+
+// itemAnswer is the server's answer to one item of a batch attempt.
+type itemAnswer struct {
+	batch.Item
+	url  *url.URL  // the item's, resolved against the batch's service root
+	n    int       // the batch attempt's number: 1 for the first
+	sent time.Time // when the batch attempt was sent
+	back time.Time // when its answer came
 }
 
 // completeBatch returns the batchRun of a request that is a JSON batch
@@ -82,6 +96,12 @@ func (r *run) completeBatch() *batchRun {
 	b := &batchRun{
 		next: r.pipeline, completer: c, batchURL: r.req.URL, ctx: r.req.Context(),
 		clock: r.h.clock, inst: r.obs.inst, span: r.obs.span,
+		queue: r.h.queue, policy: r.policy, req: r.req,
+	}
+	if b.queue != nil {
+		// Even when this request opted out of the queue, for the others'
+		// sake, as observe does.
+		b.itemAnswered = b.learn
 	}
 	r.pipeline = b
 	return b
@@ -95,6 +115,13 @@ func (b *batchRun) Next(req *http.Request, index int) (*http.Response, error) {
 	b.standIn = false
 	if b.resent != nil {
 		b.prepareResend(req)
+	}
+	var sent time.Time
+	if b.itemAnswered != nil {
+		sent = b.clock.Now()
+		if b.start.IsZero() {
+			b.start = sent
+		}
 	}
 	resp, err := b.next.Next(req, index)
 	if err != nil || resp.StatusCode != http.StatusOK {
@@ -123,9 +150,11 @@ func (b *batchRun) Next(req *http.Request, index int) (*http.Response, error) {
 	first := b.answered == nil
 	b.answered = resp
 	if b.itemAnswered != nil {
+		back := b.clock.Now()
+		retry, _ := strconv.Atoi(req.Header.Get(headerRetryAttempt))
 		for _, it := range items {
 			if u, err := batch.Resolve(b.batchURL, it.URL); err == nil {
-				b.itemAnswered(it, u)
+				b.itemAnswered(itemAnswer{Item: it, url: u, n: retry + 1, sent: sent, back: back})
 			}
 		}
 	}
@@ -145,6 +174,57 @@ func (b *batchRun) Next(req *http.Request, index int) (*http.Response, error) {
 	b.resent = pending
 	b.standIn = true
 	return b.standInFor(pending), nil
+}
+
+// learn tells the queue what the server answered to one item of a batch,
+// as the retry loop does with a whole request's answer: a throttled item
+// holds single requests to its URL for its own Retry-After (the policy's
+// delay for a 429 that names none), and successful items pace their scope.
+// An item answered 424 Failed Dependency was never run: it says nothing.
+func (b *batchRun) learn(a itemAnswer) {
+	outcome, hold := throttle.Failed, time.Duration(0)
+	switch {
+	case a.Status == http.StatusTooManyRequests:
+		outcome = throttle.Throttled
+		var has bool
+		if hold, has = RetryAfter(a.Header, a.back); !has {
+			delay, ok := b.policy.Next(options.Attempt{Retry: a.n, Elapsed: a.back.Sub(b.start), Request: b.req, Response: a.response()})
+			if ok {
+				hold = delay
+			}
+		}
+	case a.Status == http.StatusServiceUnavailable, a.Status == http.StatusGatewayTimeout:
+		var has bool
+		if hold, has = RetryAfter(a.Header, a.back); has {
+			outcome = throttle.Throttled
+		}
+	case a.Status == http.StatusFailedDependency:
+	case a.Status < 500:
+		outcome = throttle.Succeeded
+	}
+	if outcome == throttle.Failed {
+		return
+	}
+	b.queue.ReportItem(a.request(b.req), a.sent, outcome, hold, func() time.Time { return a.back })
+}
+
+// request returns the item as a request of its own, sent to the host the
+// batch named (its Host header when set) unless its URL names another.
+func (a *itemAnswer) request(batchReq *http.Request) *http.Request {
+	req := &http.Request{Method: a.Method, URL: a.url}
+	if a.url.Host == batchReq.URL.Host {
+		req.Host = batchReq.Host
+	}
+	return req
+}
+
+// response returns the item's answer as a response of its own, for the
+// policy to judge.
+func (a *itemAnswer) response() *http.Response {
+	return &http.Response{
+		Status: strconv.Itoa(a.Status) + " " + http.StatusText(a.Status), StatusCode: a.Status,
+		Header: a.Header, Body: http.NoBody,
+	}
 }
 
 // prepareResend replaces the caller's body on a retry's request with the

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/observability"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
+	"github.com/kiota-resilience/kiota-resilience-go/throttle"
 )
 
 // batchScript is a Pipeline that answers each attempt with the next of its
@@ -101,8 +101,9 @@ func TestBatchItemAnswered(t *testing.T) {
 		after  string
 	}
 	var got []seen
-	b.itemAnswered = func(it batch.Item, u *url.URL) {
-		got = append(got, seen{u.String(), it.Status, it.Header.Get("Retry-After")})
+	b.itemAnswered = func(a itemAnswer) {
+		got = append(got, seen{a.url.String(), a.Status, a.Header.Get("Retry-After")})
+		assert.Equal(t, 1, a.n, "the first attempt")
 	}
 	resp, err := r.pipeline.Next(req, 0)
 	require.NoError(t, err)
@@ -172,4 +173,55 @@ func TestBatchResendBodyBroken(t *testing.T) {
 	require.NoError(t, res.err)
 	assert.Equal(t, 2, calls)
 	assert.JSONEq(t, `{"responses":[{"id":"1","status":200,"body":{"a":1}},{"id":"2","status":429,"headers":{"Retry-After":"1"}}]}`, res.body)
+}
+
+// TestLearnItem checks which item answers hold single requests, and on
+// which host: the one the batch named, its Host header included, unless
+// the item's URL names another.
+func TestLearnItem(t *testing.T) {
+	const batchURL = "https://10.0.0.1/v1.0/$batch"
+	tests := []struct {
+		name      string
+		batchHost string // the batch's Host header
+		itemURL   string // as written in the batch
+		status    int
+		header    http.Header
+		single    string // the single request's URL
+		host      string // its Host header
+		held      bool
+	}{
+		{"a 429", "", "/me/events", 429, http.Header{"Retry-After": {"5"}}, "https://10.0.0.1/v1.0/me/events", "", true},
+		{"a 200", "", "/me/events", 200, http.Header{}, "https://10.0.0.1/v1.0/me/events", "", false},
+		{"a 424 was never run", "", "/me/events", 424, http.Header{"Retry-After": {"5"}}, "https://10.0.0.1/v1.0/me/events", "", false},
+		{"on the batch's Host", "graph.example", "/me/events", 429, http.Header{"Retry-After": {"5"}}, "https://10.0.0.1/v1.0/me/events", "graph.example", true},
+		{"not on its address", "graph.example", "/me/events", 429, http.Header{"Retry-After": {"5"}}, "https://10.0.0.1/v1.0/me/events", "", false},
+		{"an absolute URL's own host", "graph.example", "https://other.example/v1.0/me", 429, http.Header{"Retry-After": {"5"}}, "https://other.example/v1.0/me", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktest.New(t0)
+			h, err := NewRetryHandler(options.RetryHandlerOptions{Clock: clk})
+			require.NoError(t, err)
+			breq, err := http.NewRequest(http.MethodPost, batchURL, nil)
+			require.NoError(t, err)
+			breq.Host = tt.batchHost
+			b := &batchRun{queue: h.queue, policy: h.policy, req: breq, start: t0}
+			u, err := batch.Resolve(breq.URL, tt.itemURL)
+			require.NoError(t, err)
+			b.learn(itemAnswer{
+				Item: batch.Item{ID: "1", Method: http.MethodGet, URL: tt.itemURL, Status: tt.status, Header: tt.header},
+				url:  u, n: 1, sent: t0, back: t0,
+			})
+
+			single, err := http.NewRequest(http.MethodGet, tt.single, nil)
+			require.NoError(t, err)
+			single.Host = tt.host
+			_, err = h.queue.Admit(context.Background(), single, t0, t0.Add(time.Second), nil)
+			if tt.held {
+				assert.ErrorIs(t, err, throttle.ErrHoldTooLong)
+			} else {
+				assert.NoError(t, err)
+			}
+		})
+	}
 }

@@ -386,3 +386,57 @@ func TestBatchOversizedRequestPassesThrough(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchItemThrottleHoldsRequests checks that the queue learns from a
+// batch's items: a single request to the URL of an item throttled inside a
+// 200 batch is held for the item's own Retry-After, in each form the
+// handler reads, or for the policy's delay when a 429 names none; items
+// that were not throttled hold nothing. The batch itself is not retried,
+// so that the hold is still on when the single request comes.
+func TestBatchItemThrottleHoldsRequests(t *testing.T) {
+	const item = "/users/u1/messages/1"
+	retryAt := epoch.Add(9 * time.Second).Format(http.TimeFormat)
+	tests := []struct {
+		name    string
+		status  int
+		headers string // the item's answer's, as JSON
+		single  string // the path of the single request, below /v1.0
+		noQueue bool   // the batch opts out of the queue
+		want    []time.Duration
+	}{
+		{"Retry-After in seconds", 429, `{"Retry-After":"7"}`, item, false, secs(7)},
+		{"Retry-After as a date", 429, `{"Retry-After":"` + retryAt + `"}`, item, false, secs(9)},
+		{"Retry-After-Ms", 429, `{"Retry-After-Ms":"1500"}`, item, false, secs(1.5)},
+		{"x-ms-retry-after-ms", 429, `{"x-ms-retry-after-ms":"2500"}`, item, false, secs(2.5)},
+		{"a 429 naming none: the policy's delay", 429, `{}`, item, false, secs(2)},
+		{"a 503 naming one", 503, `{"Retry-After":"4"}`, item, false, secs(4)},
+		{"a 503 naming none holds nothing", 503, `{}`, item, false, nil},
+		{"another scope is not held", 429, `{"Retry-After":"7"}`, "/me/events", false, nil},
+		{"learned from a batch that opted out of the queue", 429, `{"Retry-After":"7"}`, item, true, secs(7)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			answer := `{"responses":[{"id":"1","status":` + strconv.Itoa(tt.status) + `,"headers":` + tt.headers + `},{"id":"2","status":200}]}`
+			srv := newScripted(t, batchOK(answer), reply{status: http.StatusOK, body: "{}"})
+			h, clk := newHandler(t, options.RetryHandlerOptions{Policy: fixedPolicy(5, 2*time.Second)})
+			client := newClient(t, h)
+			body := `{"requests":[{"id":"1","method":"GET","url":"` + item + `"},{"id":"2","method":"GET","url":"/me/events"}]}`
+			req := kiotaBatch(t, srv.URL, []byte(body))
+			perReq := &options.RetryHandlerOptions{MaxRetries: -1, Policy: fixedPolicy(5, 2*time.Second)}
+			perReq.Queue.Disabled = tt.noQueue
+			req = req.WithContext(context.WithValue(req.Context(), options.Key(), perReq))
+			res, waits := do(clk, client, req)
+			require.NoError(t, res.err)
+			require.Empty(t, waits, "the batch is not retried")
+			assert.Equal(t, answer, res.body)
+
+			single, err := http.NewRequest(http.MethodGet, srv.URL+"/v1.0"+tt.single, nil)
+			require.NoError(t, err)
+			res, waits = do(clk, client, single)
+			require.NoError(t, res.err)
+			assert.Equal(t, http.StatusOK, res.resp.StatusCode)
+			assert.Equal(t, tt.want, waits, "the single request's hold")
+			assert.Len(t, srv.attempts(), 2)
+		})
+	}
+}
