@@ -376,7 +376,11 @@ func (r *run) observe(resp *http.Response, err error, pass throttle.Pass, n int,
 	case resp.StatusCode < 500:
 		outcome = throttle.Succeeded
 	}
-	q.Report(r.req, pass, outcome, hold, back.now)
+	var header http.Header
+	if resp != nil {
+		header = resp.Header
+	}
+	q.Report(r.req, pass, outcome, hold, header, back.now)
 }
 
 // policyDelay is how long a 429 without a usable Retry-After holds its
