@@ -70,7 +70,7 @@ func limiterShapes() []limiterShape {
 			}
 			r.Announce = a
 			return r
-		}, limit: 5 * time.Second, mostAttempts: 1.15, mostOver: 1.25},
+		}, limit: 5 * time.Second, mostAttempts: 1.09, mostOver: 1.06},
 		{name: "token bucket with the current draft's headers", rule: func() throttletest.Rule {
 			r := shapeRule(throttletest.BucketLimiter(bucket), nil)
 			a, err := throttletest.CurrentDraft("default")
@@ -79,7 +79,7 @@ func limiterShapes() []limiterShape {
 			}
 			r.Announce = a
 			return r
-		}, limit: 5 * time.Second, mostAttempts: 1.15, mostOver: 1.25},
+		}, limit: 5 * time.Second, mostAttempts: 1.09, mostOver: 1.06},
 	}
 }
 

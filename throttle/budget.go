@@ -25,8 +25,9 @@ type announced struct {
 // refresh takes b, announced at now in the answer to a request sent at
 // sent, while inflight other requests of the scope were out. An answer to
 // a request sent before the current budget's answer came may have been
-// counted by the server before it: it only ever lowers what is left, so
-// that answers arriving out of order never free what is spent.
+// counted by the server before it: it only ever lowers what is left and
+// delays the reset, so that answers arriving out of order never free what
+// is spent.
 func (a *announced) refresh(b ratelimit.Budget, sent, now time.Time, inflight int) {
 	remaining := b.Remaining
 	if !b.HasRemaining {
@@ -34,11 +35,10 @@ func (a *announced) refresh(b ratelimit.Budget, sent, now time.Time, inflight in
 	}
 	left := remaining - float64(inflight)
 	if !a.at.IsZero() && sent.Before(a.at) {
-		if left > a.left {
-			return
-		}
-		// Of a burst answered together, the last counted sees the budget
-		// emptiest and furthest from its reset.
+		// Of a burst answered together, the one the server counted last
+		// sees the budget emptiest and furthest from its reset, whatever
+		// order the answers come in.
+		left = min(left, a.left)
 		b.Reset = later(b.Reset, a.budget.Reset)
 		now = a.at
 	}

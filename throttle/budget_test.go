@@ -61,6 +61,7 @@ func TestAnnouncedRefresh(t *testing.T) {
 		{name: "a later request's answer replaces", second: b(8, time.Second), sent: time.Millisecond, wantLeft: 8, wantReset: time.Second},
 		{name: "an earlier request's answer with more left is stale", second: b(8, time.Second), sent: -time.Millisecond, wantLeft: 2, wantReset: 3 * time.Second},
 		{name: "an earlier request's answer may only lower", second: b(1, time.Second), sent: -time.Millisecond, wantLeft: 1, wantReset: 3 * time.Second},
+		{name: "an earlier request's answer may delay the reset", second: b(5, 4*time.Second), sent: -time.Millisecond, wantLeft: 2, wantReset: 4 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
