@@ -86,6 +86,9 @@ type Pass struct {
 	probe *prefix // the inferred hold this attempt tests, if any
 	host  *hostState
 	scope *scope // the scope that released it, counting it in flight
+	// paced is set when that scope was pacing after a throttle: a
+	// throttle of this attempt then holds only the attempt itself.
+	paced bool
 }
 
 // Outcome is what an attempt's answer says about throttling.
@@ -273,10 +276,22 @@ func (q *Queue) match(s *hostState, t *target, now time.Time) (h hold) {
 	return h
 }
 
-// record records that t was throttled until end.
-func (q *Queue) record(s *hostState, t *target, sent, now, end time.Time) {
+// record records that t was throttled until end. A throttle of a request
+// its scope's pacer released (paced) says the pace went past the server's
+// rate, not that its target is held: the pacer slows down, the request
+// waits out its own Retry-After, and nothing else is held.
+func (q *Queue) record(s *hostState, t *target, sent, now, end time.Time, paced bool) {
 	s.active.Store(true)
 	s.seq++
+	s.lastEnd = later(s.lastEnd, end)
+	sc := q.scopeFor(s, t.scope(), now)
+	if paced {
+		sc.lastEnd = later(sc.lastEnd, end)
+		sc.seq = s.seq
+		sc.pacer.throttled(sent, now, end)
+		sc.kick()
+		return
+	}
 	s.urls[t.url] = entry{later(s.urls[t.url].end, end), s.seq}
 	s.paths[t.path] = entry{later(s.paths[t.path].end, end), s.seq}
 	for n := 1; n <= len(t.segs); n++ {
@@ -293,8 +308,6 @@ func (q *Queue) record(s *hostState, t *target, sent, now, end time.Time) {
 		}
 		p.seq = s.seq
 	}
-	s.lastEnd = later(s.lastEnd, end)
-	sc := q.scopeFor(s, t.scope(), now)
 	if sc.since.IsZero() {
 		sc.since = now
 		s.settleCold(sc)
@@ -584,7 +597,7 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 			p.probe.probing = time.Time{}
 			p.probe.confirmed = end
 		}
-		q.record(s, t, p.Sent, now, end)
+		q.record(s, t, p.Sent, now, end, p.paced && p.probe == nil)
 		s.mu.Unlock()
 		return
 	case p.probe == nil:
@@ -717,6 +730,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				sc.budget.sent()
 				sc.inflight++
 				pass.scope = sc
+				pass.paced = h.scope == sc && !sc.since.IsZero()
 				if probe {
 					h.probe.probing = now
 					pass.probe = h.probe
