@@ -1,12 +1,17 @@
 package throttle
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/ratelimit"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
 func TestAnnouncedNext(t *testing.T) {
@@ -77,4 +82,66 @@ func TestAnnouncedRefresh(t *testing.T) {
 	a.refresh(b(0, time.Minute), t0, t0, 0)
 	assert.True(t, a.live(t0.Add(30*time.Second), time.Second), "until its reset")
 	assert.False(t, a.live(t0.Add(time.Minute), time.Second))
+}
+
+func TestQueue_FollowsAnnouncedBudget(t *testing.T) {
+	announce := func(remaining string) http.Header {
+		return http.Header{"Ratelimit-Limit": {"10"}, "Ratelimit-Remaining": {remaining}, "Ratelimit-Reset": {"1"}}
+	}
+	tests := []struct {
+		name       string
+		header     http.Header
+		wantActive bool
+		wantHeld   time.Duration // of the second request, 0: sent at once
+	}{
+		{name: "no budget announced", header: nil},
+		{name: "room enough: not followed", header: announce("5")},
+		{name: "one left: the next waits for the reset", header: announce("1"), wantActive: true, wantHeld: time.Second},
+		{name: "spent: closed until the reset", header: announce("0"), wantActive: true, wantHeld: time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := New(options.SystemClock, options.QueueOptions{})
+				req := httptest.NewRequest(http.MethodGet, "https://graph.test/v1.0/users/1", nil)
+				q.Report(req, Pass{Sent: time.Now()}, Succeeded, 0, tt.header, time.Now)
+				require.Equal(t, tt.wantActive, q.Active(req))
+				if !tt.wantActive {
+					return
+				}
+				start := time.Now()
+				var last time.Time
+				for range 2 {
+					p, err := q.Admit(t.Context(), req, time.Time{}, time.Time{}, nil)
+					require.NoError(t, err)
+					last = p.Sent
+				}
+				assert.Equal(t, tt.wantHeld, last.Sub(start))
+			})
+		})
+	}
+}
+
+func TestQueue_PacedThrottleHoldsOnlyItsRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New(options.SystemClock, options.QueueOptions{})
+		post := func() *http.Request { return httptest.NewRequest(http.MethodPost, "https://graph.test/v1.0/users", nil) }
+		// The scope's first throttle holds its path: the server's word.
+		q.Report(post(), Pass{Sent: time.Now()}, Throttled, time.Second, nil, time.Now)
+		start := time.Now()
+		p, err := q.Admit(t.Context(), post(), time.Time{}, time.Time{}, nil)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, p.Sent.Sub(start), time.Second)
+		require.True(t, p.paced, "released by a pacing scope")
+
+		// A throttle of a paced release holds nothing else for its minute.
+		q.Report(post(), p, Throttled, time.Minute, nil, time.Now)
+		_, err = q.Admit(t.Context(), post(), time.Time{}, time.Now().Add(10*time.Second), nil)
+		assert.NoError(t, err, "held for the paced request's Retry-After")
+
+		// An unpaced one does.
+		q.Report(post(), Pass{Sent: time.Now()}, Throttled, time.Minute, nil, time.Now)
+		_, err = q.Admit(t.Context(), post(), time.Time{}, time.Now().Add(10*time.Second), nil)
+		assert.ErrorIs(t, err, ErrHoldTooLong)
+	})
 }
