@@ -125,7 +125,9 @@ func TestQueue_FollowsAnnouncedBudget(t *testing.T) {
 func TestQueue_PacedThrottleHoldsOnlyItsRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := New(options.SystemClock, options.QueueOptions{})
-		post := func() *http.Request { return httptest.NewRequest(http.MethodPost, "https://graph.test/v1.0/users", nil) }
+		post := func() *http.Request {
+			return httptest.NewRequest(http.MethodPost, "https://graph.test/v1.0/users", nil)
+		}
 		// The scope's first throttle holds its path: the server's word.
 		q.Report(post(), Pass{Sent: time.Now()}, Throttled, time.Second, nil, time.Now)
 		start := time.Now()
