@@ -66,7 +66,11 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 		clock: clock, inst: observability.NewInstruments(opts.MeterProvider),
 	}
 	if !opts.Queue.Disabled {
-		h.queue = throttle.New(clock, opts.Queue)
+		qo := opts.Queue
+		if qo.MeterProvider == nil {
+			qo.MeterProvider = opts.MeterProvider
+		}
+		h.queue = throttle.New(clock, qo)
 	}
 	return h, nil
 }

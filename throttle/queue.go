@@ -13,12 +13,15 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel"
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/ratelimit"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
@@ -50,7 +53,8 @@ type Queue struct {
 }
 
 // New returns a Queue configured by o, whose zero fields take their
-// defaults, reading time from clock.
+// defaults, reading time from clock. Its gauges report through
+// o.MeterProvider, or the global provider when that is nil.
 func New(clock options.Clock, o options.QueueOptions) *Queue {
 	q := &Queue{clock: clock, recovery: o.Recovery, maxTracked: o.MaxTracked}
 	if q.recovery == 0 {
@@ -65,6 +69,10 @@ func New(clock options.Clock, o options.QueueOptions) *Queue {
 	// The longest root wins: /api/data/v9.2 before /api.
 	slices.SortFunc(q.roots, func(a, b string) int { return len(b) - len(a) })
 	q.newPacer = func(now time.Time) pacer { return newAdaptivePacer(now) }
+	if err := q.register(o.MeterProvider); err != nil {
+		// The queue works without its gauges.
+		otel.Handle(fmt.Errorf("throttle: registering the queue's gauges: %w", err))
+	}
 	return q
 }
 
