@@ -60,7 +60,14 @@ const (
 	// stays near it, then probes beyond it ever faster, so that a server
 	// whose limit rises, or a rate measured too low, is caught up with.
 	cubic = 0.003
-	// maxRate bounds the rate, releases per second.
+	// probeAfter is the least time the pace stays at the fitted rate
+	// before it probes above it (at least the first throttle's
+	// Retry-After), and probeDoubling how fast the probe's rate then
+	// doubles: a server whose rate came back up is followed within about
+	// probeAfter + probeDoubling.
+	probeAfter    = 500 * time.Millisecond
+	probeDoubling = 500 * time.Millisecond
+		// maxRate bounds the rate, releases per second.
 	maxRate = 1e6
 )
 
@@ -133,7 +140,15 @@ func (p *adaptivePacer) rateAt(now time.Time) float64 {
 		r = searchStart * float64(max(p.burst, 1)) / p.period * math.Exp2(elapsed/step)
 	default:
 		k := math.Cbrt((1 - dip) / cubic)
-		r = p.base * (1 + cubic*math.Pow(elapsed-k, 3))
+		r = p.base * (1 + cubic*math.Pow(min(elapsed-k, 0), 3))
+		if beyond := elapsed - k - max(probeAfter.Seconds(), p.period); beyond > 0 {
+			// Past the fit, probe by doubling: a throttle then holds only
+			// the probe that met it, so a server whose rate rose is
+			// caught up with within a second or two at the cost of one
+			// 429. That 429 costs its request a Retry-After, so probes
+			// come no more often than one a Retry-After period.
+			r = p.base * math.Exp2(beyond/probeDoubling.Seconds())
+		}
 	}
 	return min(r, maxRate)
 }
