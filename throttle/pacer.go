@@ -67,7 +67,7 @@ const (
 	// probeAfter + probeDoubling.
 	probeAfter    = 500 * time.Millisecond
 	probeDoubling = 500 * time.Millisecond
-		// maxRate bounds the rate, releases per second.
+	// maxRate bounds the rate, releases per second.
 	maxRate = 1e6
 )
 
