@@ -52,13 +52,13 @@ func limiterShapes() []limiterShape {
 			}
 			r.RetryAfter = ra
 			return r
-		}, limit: 5 * time.Second, mostAttempts: 1.1, mostOver: 1.7},
+		}, limit: 5 * time.Second, mostAttempts: 1.1, mostOver: 1.65},
 		{name: "fixed window of 1000 per 10 s", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.FixedWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
-		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.08},
+		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.06},
 		{name: "sliding window of 1000 per 10 s", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.SlidingWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
-		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.08},
+		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.06},
 		{name: "rate halving at 1/3 and restoring at 2/3", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.ScheduledBucketLimiter(bucket,
 				throttletest.RateStep{After: rateChange / 3, Rate: rate / 2}, throttletest.RateStep{After: 2 * rateChange / 3, Rate: rate}))

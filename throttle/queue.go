@@ -633,10 +633,9 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 }
 
 // announce takes budget b, announced at now in the answer to t sent at
-// sent. A scope
-// starts following a budget once the server says it is nearly spent; from
-// then on its host's requests go through the queue, and its releases keep
-// within what the server says is left.
+// sent. A scope starts following a budget once the server says it is
+// nearly spent; from then on its host's requests go through the queue, and
+// its releases keep within what the server says is left.
 func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, sent, now time.Time) {
 	key := t.scope()
 	sc := s.scopes[key]
