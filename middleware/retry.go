@@ -67,7 +67,11 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 		clock: clock, inst: metrics.New(opts.MeterProvider),
 	}
 	if !opts.Queue.Disabled {
-		h.queue = throttle.New(clock, opts.Queue)
+		qo := opts.Queue
+		if qo.MeterProvider == nil {
+			qo.MeterProvider = opts.MeterProvider
+		}
+		h.queue = throttle.New(clock, qo)
 	}
 	return h, nil
 }
@@ -377,7 +381,11 @@ func (r *run) observe(resp *http.Response, err error, pass throttle.Pass, n int,
 	case resp.StatusCode < 500:
 		outcome = throttle.Succeeded
 	}
-	q.Report(r.req, pass, outcome, hold, back.now)
+	var header http.Header
+	if resp != nil {
+		header = resp.Header
+	}
+	q.Report(r.req, pass, outcome, hold, header, back.now)
 }
 
 // policyDelay is how long a 429 without a usable Retry-After holds its

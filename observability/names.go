@@ -78,6 +78,14 @@ const (
 	// BatchItemsKey (int) is a number of items of a JSON batch, on
 	// EventBatchItemsResent.
 	BatchItemsKey = attribute.Key(Namespace + "batch.items")
+	// ServerAddressKey (string) is the host a throttle scope belongs to, on
+	// the queue's gauges, as the OpenTelemetry conventions name it.
+	ServerAddressKey = attribute.Key("server.address")
+	// QueueScopeKey (string) is a throttle scope, on the queue's gauges:
+	// the collection below the service root its requests are in ("users"
+	// for /v1.0/users/{id}, "users/{id}" with the id for
+	// /v1.0/users/{id}/messages).
+	QueueScopeKey = attribute.Key(Namespace + "queue.scope")
 )
 
 // Values of RetryReasonKey.
@@ -167,4 +175,20 @@ const (
 	// HTTPResponseStatusCodeKey: the status that made each one resent.
 	MetricBatchItemsResent = Namespace + "batch.items_resent"
 	UnitBatchItemsResent   = "{item}"
+	// MetricQueuePace is the rate at which the throttle queue releases the
+	// requests of a scope it paces after a throttle, by ServerAddressKey
+	// and QueueScopeKey: what it learned the server sustains. A scope that
+	// is not paced is not reported.
+	MetricQueuePace = Namespace + "queue.pace"
+	UnitQueuePace   = "{request}/s"
+	// MetricQueueBudgetRemaining is what the server last said is left of a
+	// scope's budget in its rate-limit headers, in the server's units, by
+	// ServerAddressKey and QueueScopeKey, while the queue follows that
+	// budget (from when the server says it is nearly spent).
+	MetricQueueBudgetRemaining = Namespace + "queue.budget.remaining"
+	UnitQueueBudgetRemaining   = "{request}"
+	// MetricQueueBudgetLimit is the quota per window of the budget
+	// MetricQueueBudgetRemaining reports, when the server named it.
+	MetricQueueBudgetLimit = Namespace + "queue.budget.limit"
+	UnitQueueBudgetLimit   = "{request}"
 )

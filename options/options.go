@@ -209,6 +209,11 @@ type QueueOptions struct {
 	// so that /v1.0/users/{id} and /v1.0/sites/root share no segment.
 	// Each must start with "/". Handler-wide: ignored on per-request options.
 	Roots []string
+	// MeterProvider is the source of the queue's gauges: the pace it
+	// learned and the budget the server announced, per throttle scope (see
+	// package observability). nil: the handler's MeterProvider.
+	// Handler-wide: ignored on per-request options.
+	MeterProvider metric.MeterProvider
 }
 
 // BatchOptions configures the completion of JSON batches: a POST to

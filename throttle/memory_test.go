@@ -36,7 +36,7 @@ func BenchmarkHostMemory(b *testing.B) {
 				runtime.GC()
 				runtime.ReadMemStats(&before)
 				for _, r := range reqs {
-					q.Report(r, Pass{Sent: t0}, tt.outcome, time.Second, clk.Now)
+					q.Report(r, Pass{Sent: t0}, tt.outcome, time.Second, nil, clk.Now)
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)

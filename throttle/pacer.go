@@ -31,11 +31,16 @@ const (
 	// than at 50 ms (measured in sim_test.go and with bench/).
 	doubling = 100 * time.Millisecond
 	// searchStart is where the search starts, in the first wave's
-	// successes per Retry-After period: a server refills at least that
-	// (or it would name a longer wait), and the search ends at its one
+	// successes per Retry-After period (at most a second): a server
+	// refills at least that (or it would name a longer wait), a long wait
+	// overshoots at once and is fitted, and the search ends at its one
 	// throttle wherever it starts, so starting two doublings up only
 	// saves their time.
 	searchStart = 4
+	// searchPeriod bounds the period the search's start counts the first
+	// wave's successes over: a long Retry-After says when the server will
+	// take the throttled requests, not that it refills that slowly.
+	searchPeriod = 1.0
 	// maxReleases bounds the release times kept for the fit: 30 s at
 	// about 500 releases a second.
 	maxReleases = 1 << 14
@@ -60,6 +65,13 @@ const (
 	// stays near it, then probes beyond it ever faster, so that a server
 	// whose limit rises, or a rate measured too low, is caught up with.
 	cubic = 0.003
+	// probeAfter is the least time the pace stays at the fitted rate
+	// before it probes above it (at least the first throttle's
+	// Retry-After), and probeDoubling how fast the probe's rate then
+	// doubles: a server whose rate came back up is followed within about
+	// probeAfter + probeDoubling.
+	probeAfter    = 500 * time.Millisecond
+	probeDoubling = 500 * time.Millisecond
 	// maxRate bounds the rate, releases per second.
 	maxRate = 1e6
 )
@@ -70,7 +82,7 @@ const (
 // first throttle ends (the requests to its API sent shortly before it came
 // back) are what the server let through: its burst, and what its bucket
 // refilled while the wave lasted. Release starts at four times that count
-// per Retry-After period and doubles once per round trip (at least 100 ms),
+// per Retry-After period (at most a second) and doubles once per round trip (at least 100 ms),
 // like TCP's slow start, until the server throttles again. The pacer then
 // fits the server's rate: it replays its own releases since the search
 // began against a token bucket, full at the start, and finds the refill
@@ -130,10 +142,18 @@ func (p *adaptivePacer) rateAt(now time.Time) float64 {
 		// Doubling once per round trip, as TCP's slow start does, keeps the
 		// overshoot before the server's answer comes back to a few times.
 		step := max(doubling, p.rtt).Seconds()
-		r = searchStart * float64(max(p.burst, 1)) / p.period * math.Exp2(elapsed/step)
+		r = searchStart * float64(max(p.burst, 1)) / min(p.period, searchPeriod) * math.Exp2(elapsed/step)
 	default:
 		k := math.Cbrt((1 - dip) / cubic)
-		r = p.base * (1 + cubic*math.Pow(elapsed-k, 3))
+		r = p.base * (1 + cubic*math.Pow(min(elapsed-k, 0), 3))
+		if beyond := elapsed - k - max(probeAfter.Seconds(), p.period); beyond > 0 {
+			// Past the fit, probe by doubling: a throttle then holds only
+			// the probe that met it, so a server whose rate rose is
+			// caught up with within a second or two at the cost of one
+			// 429. That 429 costs its request a Retry-After, so probes
+			// come no more often than one a Retry-After period.
+			r = p.base * math.Exp2(beyond/probeDoubling.Seconds())
+		}
 	}
 	return min(r, maxRate)
 }

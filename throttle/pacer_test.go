@@ -40,9 +40,9 @@ func TestAdaptivePacerFirstThrottle(t *testing.T) {
 		period    float64       // seconds
 		rate      float64       // at the throttle's end
 	}{
-		{"burst per Retry-After", 40, 2 * time.Second, 2, searchStart * 20},
+		{"burst per second, however long the Retry-After", 40, 2 * time.Second, 2, searchStart * 40},
 		{"Retry-After below 1 s counts as 1 s", 40, 300 * ms, 1, searchStart * 40},
-		{"no success before: one request per period", 0, 4 * time.Second, 4, searchStart * 0.25},
+		{"no success before: one request per second", 0, 4 * time.Second, 4, searchStart * 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

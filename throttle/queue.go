@@ -13,6 +13,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -20,6 +21,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/ratelimit"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -49,7 +53,8 @@ type Queue struct {
 }
 
 // New returns a Queue configured by o, whose zero fields take their
-// defaults, reading time from clock.
+// defaults, reading time from clock. Its gauges report through
+// o.MeterProvider, or the global provider when that is nil.
 func New(clock options.Clock, o options.QueueOptions) *Queue {
 	q := &Queue{clock: clock, recovery: o.Recovery, maxTracked: o.MaxTracked}
 	if q.recovery == 0 {
@@ -64,6 +69,10 @@ func New(clock options.Clock, o options.QueueOptions) *Queue {
 	// The longest root wins: /api/data/v9.2 before /api.
 	slices.SortFunc(q.roots, func(a, b string) int { return len(b) - len(a) })
 	q.newPacer = func(now time.Time) pacer { return newAdaptivePacer(now) }
+	if err := q.register(o.MeterProvider); err != nil {
+		// The queue works without its gauges.
+		otel.Handle(fmt.Errorf("throttle: registering the queue's gauges: %w", err))
+	}
 	return q
 }
 
@@ -84,6 +93,10 @@ type Pass struct {
 	Sent  time.Time
 	probe *prefix // the inferred hold this attempt tests, if any
 	host  *hostState
+	scope *scope // the scope that released it, counting it in flight
+	// paced is set when that scope was pacing after a throttle: a
+	// throttle of this attempt then holds only the attempt itself.
+	paced bool
 }
 
 // Outcome is what an attempt's answer says about throttling.
@@ -148,6 +161,11 @@ type scope struct {
 	since   time.Time // its first throttle; zero while it has had none
 	lastEnd time.Time
 	seq     uint64
+	// budget is what the server last announced of the scope's budget in
+	// rate-limit headers, and inflight the requests it released that have
+	// not been answered.
+	budget   announced
+	inflight int
 }
 
 func (q *Queue) state(host string, create bool) *hostState {
@@ -221,8 +239,23 @@ type hold struct {
 	scope *scope
 }
 
+// counting reports whether sc's releases follow the count of a budget
+// the server announced rather than the pace learned from its throttles.
+func (q *Queue) counting(sc *scope, now time.Time) bool {
+	return sc.budget.counted() && sc.budget.live(now, q.recovery)
+}
+
 // match returns what holds t at now.
 func (q *Queue) match(s *hostState, t *target, now time.Time) (h hold) {
+	if sc, ok := s.scopes[t.scope()]; ok && (q.recovering(sc, now) || sc.budget.live(now, q.recovery)) {
+		h.scope = sc
+		if q.counting(sc, now) {
+			// The server says how much is left: that supersedes what its
+			// throttles of other requests suggest. A throttled request
+			// still waits out its own Retry-After.
+			return h
+		}
+	}
 	if e, ok := s.urls[t.url]; ok {
 		h.until = e.end
 	}
@@ -248,16 +281,25 @@ func (q *Queue) match(s *hostState, t *target, now time.Time) (h hold) {
 	if !h.inferred.After(later(now, h.until)) {
 		h.inferred, h.probe = time.Time{}, nil
 	}
-	if sc, ok := s.scopes[t.scope()]; ok && q.recovering(sc, now) {
-		h.scope = sc
-	}
 	return h
 }
 
-// record records that t was throttled until end.
-func (q *Queue) record(s *hostState, t *target, sent, now, end time.Time) {
+// record records that t was throttled until end. A throttle of a request
+// its scope's pacer released (paced) says the pace went past the server's
+// rate, not that its target is held: the pacer slows down, the request
+// waits out its own Retry-After, and nothing else is held.
+func (q *Queue) record(s *hostState, t *target, sent, now, end time.Time, paced bool) {
 	s.active.Store(true)
 	s.seq++
+	s.lastEnd = later(s.lastEnd, end)
+	sc := q.scopeFor(s, t.scope(), now)
+	if paced {
+		sc.lastEnd = later(sc.lastEnd, end)
+		sc.seq = s.seq
+		sc.pacer.throttled(sent, now, end)
+		sc.kick()
+		return
+	}
 	s.urls[t.url] = entry{later(s.urls[t.url].end, end), s.seq}
 	s.paths[t.path] = entry{later(s.paths[t.path].end, end), s.seq}
 	for n := 1; n <= len(t.segs); n++ {
@@ -274,8 +316,6 @@ func (q *Queue) record(s *hostState, t *target, sent, now, end time.Time) {
 		}
 		p.seq = s.seq
 	}
-	s.lastEnd = later(s.lastEnd, end)
-	sc := q.scopeFor(s, t.scope(), now)
 	if sc.since.IsZero() {
 		sc.since = now
 		s.settleCold(sc)
@@ -459,7 +499,7 @@ func (q *Queue) prune(s *hostState, now time.Time) {
 	}
 	keepNewest(s.prefixes, q.maxTracked, func(p *prefix) uint64 { return p.seq })
 	for k, sc := range s.scopes {
-		if !q.recovering(sc, now) && len(sc.waiters) == 0 {
+		if !q.recovering(sc, now) && !sc.budget.live(now, q.recovery) && len(sc.waiters) == 0 {
 			delete(s.scopes, k)
 		}
 	}
@@ -523,17 +563,20 @@ func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadlin
 }
 
 // Report tells the queue what the server answered to an admitted attempt
-// of req: o, and for a throttle how long it holds its target. back returns
-// when the answer came; it is called only when needed.
-func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration, back func() time.Time) {
+// of req: o, for a throttle how long it holds its target, and the answer's
+// header (nil for none), whose rate-limit fields, when it has any, say how
+// much of its scope's budget is left. back returns when the answer came;
+// it is called only when needed.
+func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration, header http.Header, back func() time.Time) {
+	announces := ratelimit.Announced(header)
 	s := p.host
 	if s == nil {
-		s = q.state(hostKey(req), o == Throttled || o == Succeeded)
+		s = q.state(hostKey(req), o == Throttled || o == Succeeded || announces)
 		if s == nil {
 			return
 		}
 	}
-	if o != Throttled && p.probe == nil {
+	if o != Throttled && p.probe == nil && p.scope == nil && !announces {
 		if o == Succeeded {
 			s.seen.Store(p.Sent.Unix())
 			q.succeeded(s, req, p.Sent, back)
@@ -544,9 +587,16 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	s.seen.Store(now.Unix())
 	t := q.newTarget(req)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch o {
-	case Throttled:
+	if p.scope != nil {
+		p.scope.inflight--
+	}
+	if announces {
+		if b, ok := ratelimit.Parse(header, now); ok {
+			q.announce(s, t, b, p.Sent, now)
+		}
+	}
+	switch {
+	case o == Throttled:
 		end := now.Add(hold)
 		if end.Before(now) { // saturated
 			end = time.Unix(1<<62, 0)
@@ -555,9 +605,11 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 			p.probe.probing = time.Time{}
 			p.probe.confirmed = end
 		}
-		q.record(s, t, p.Sent, now, end)
+		q.record(s, t, p.Sent, now, end, p.paced && p.probe == nil)
+		s.mu.Unlock()
 		return
-	case Succeeded:
+	case p.probe == nil:
+	case o == Succeeded:
 		// The inference was wrong: lift the prefix's hold. Its scope, if it
 		// has one, still paces while it recovers.
 		p.probe.ends = p.probe.ends[:0]
@@ -574,6 +626,32 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	for _, sc := range s.scopes {
 		sc.kick()
 	}
+	s.mu.Unlock()
+	if o == Succeeded && p.probe == nil {
+		q.succeeded(s, req, p.Sent, back)
+	}
+}
+
+// announce takes budget b, announced at now in the answer to t sent at
+// sent. A scope starts following a budget once the server says it is
+// nearly spent; from then on its host's requests go through the queue, and
+// its releases keep within what the server says is left.
+func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, sent, now time.Time) {
+	key := t.scope()
+	sc := s.scopes[key]
+	if sc == nil || !sc.budget.live(now, q.recovery) {
+		if !b.NearlySpent() {
+			return // room enough: nothing to follow
+		}
+		sc = q.scopeFor(s, key, time.Time{})
+		s.seq++
+		sc.seq = s.seq
+		sc.budget.refresh(b, sent, now, sc.inflight)
+		s.active.Store(true)
+		q.prune(s, now)
+		return
+	}
+	sc.budget.refresh(b, sent, now, sc.inflight)
 }
 
 // ErrHoldTooLong is returned by Admit, at once, when the throttles the
@@ -642,7 +720,11 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 					continue
 				}
 			}
-			at := later(w.eligible, sc.pacer.next(now))
+			pace := sc.pacer.next(now)
+			if q.counting(sc, now) {
+				pace = sc.budget.next(now, sc.inflight)
+			}
+			at := later(w.eligible, pace)
 			if !deadline.IsZero() && at.After(deadline) {
 				heap.Remove(&sc.waiters, w.index)
 				sc.kick()
@@ -652,6 +734,10 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			if !at.After(now) {
 				heap.Remove(&sc.waiters, w.index)
 				sc.pacer.sent(now)
+				sc.budget.sent()
+				sc.inflight++
+				pass.scope = sc
+				pass.paced = h.scope == sc && !sc.since.IsZero()
 				if probe {
 					h.probe.probing = now
 					pass.probe = h.probe

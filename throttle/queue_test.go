@@ -41,7 +41,7 @@ func (q *Queue) throttled(tg *target, sent, now, end time.Time) {
 	s := q.state(tg.host, true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	q.record(s, tg, sent, now, end)
+	q.record(s, tg, sent, now, end, false)
 }
 
 // fixedPacer releases one request every `every` once it has released one.

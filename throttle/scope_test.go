@@ -155,7 +155,7 @@ func TestProbe(t *testing.T) {
 
 				clk.Advance(time.Second)
 				req, _ := http.NewRequest(http.MethodGet, graph+"/v1.0/users/x", nil)
-				q.Report(req, probe.pass, tt.outcome, 9*time.Second, clk.Now)
+				q.Report(req, probe.pass, tt.outcome, 9*time.Second, nil, clk.Now)
 				synctest.Wait()
 				for {
 					if a, ok := ready(t, held); ok {
@@ -271,7 +271,7 @@ func TestHostKey(t *testing.T) {
 	a.Host = "a.example"
 	b, _ := http.NewRequest(http.MethodGet, "https://10.0.0.1/v1.0/me", nil)
 	b.Host = "b.example"
-	q.Report(a, Pass{Sent: t0}, Throttled, time.Minute, func() time.Time { return t0 })
+	q.Report(a, Pass{Sent: t0}, Throttled, time.Minute, nil, func() time.Time { return t0 })
 	assert.True(t, q.Active(a))
 	assert.False(t, q.Active(b), "another virtual host on the same address")
 	plain, _ := http.NewRequest(http.MethodGet, "https://10.0.0.1/v1.0/me", nil)
@@ -287,8 +287,8 @@ func TestIdleHostsForgotten(t *testing.T) {
 		r, _ := http.NewRequest(http.MethodGet, "https://"+host+"/v1.0/me", nil)
 		return r
 	}
-	q.Report(req("throttled.test"), Pass{Sent: t0}, Throttled, time.Second, clk.Now)
-	q.Report(req("quiet.test"), Pass{Sent: t0}, Succeeded, 0, clk.Now)
+	q.Report(req("throttled.test"), Pass{Sent: t0}, Throttled, time.Second, nil, clk.Now)
+	q.Report(req("quiet.test"), Pass{Sent: t0}, Succeeded, 0, nil, clk.Now)
 	count := func() (n int) {
 		q.hosts.Range(func(any, any) bool { n++; return true })
 		return n
@@ -296,11 +296,11 @@ func TestIdleHostsForgotten(t *testing.T) {
 	require.Equal(t, 2, count())
 
 	clk.Advance(5 * time.Second)
-	q.Report(req("new1.test"), Pass{Sent: clk.Now()}, Succeeded, 0, clk.Now)
+	q.Report(req("new1.test"), Pass{Sent: clk.Now()}, Succeeded, 0, nil, clk.Now)
 	assert.Equal(t, 3, count(), "within the recovery window nothing is forgotten")
 
 	clk.Advance(10 * time.Second)
-	q.Report(req("new2.test"), Pass{Sent: clk.Now()}, Succeeded, 0, clk.Now)
+	q.Report(req("new2.test"), Pass{Sent: clk.Now()}, Succeeded, 0, nil, clk.Now)
 	assert.Equal(t, 2, count(), "the two idle hosts are forgotten")
 	assert.False(t, q.Active(req("throttled.test")))
 	assert.NotNil(t, q.state("new1.test", false), "a host seen 10 s ago is kept")

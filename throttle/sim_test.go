@@ -147,11 +147,11 @@ func simulate(t *testing.T, opts options.QueueOptions, w simWorkload) simResult 
 				back := time.Now()
 				_ = resp.Body.Close()
 				if resp.StatusCode != http.StatusTooManyRequests {
-					q.Report(req, pass, Succeeded, 0, time.Now)
+					q.Report(req, pass, Succeeded, 0, nil, time.Now)
 					return true
 				}
 				ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-				q.Report(req, pass, Throttled, time.Duration(ra)*time.Second, time.Now)
+				q.Report(req, pass, Throttled, time.Duration(ra)*time.Second, nil, time.Now)
 				if retry == maxRetries {
 					return false
 				}

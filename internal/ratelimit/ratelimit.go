@@ -270,3 +270,22 @@ func number(s string) (float64, bool) {
 func seconds(s float64) time.Duration {
 	return time.Duration(min(s, maxNumber) * float64(time.Second))
 }
+
+// Announced reports whether h carries any field Parse reads, without
+// parsing or allocating, so that answers without one cost almost nothing.
+func Announced(h http.Header) bool {
+	if len(h) == 0 {
+		return false
+	}
+	for _, k := range [...]string{"Ratelimit", "Ratelimit-Remaining", "Ratelimit-Limit", "X-Ms-Throttle-Limit-Percentage"} {
+		if _, ok := h[k]; ok {
+			return true
+		}
+	}
+	for k := range h {
+		if len(k) >= len(armPrefix) && strings.EqualFold(k[:len(armPrefix)], armPrefix) {
+			return true
+		}
+	}
+	return false
+}

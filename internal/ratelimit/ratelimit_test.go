@@ -256,3 +256,46 @@ func TestParseList(t *testing.T) {
 		})
 	}
 }
+
+func TestAnnounced(t *testing.T) {
+	tests := []struct {
+		name string
+		h    http.Header
+		want bool
+	}{
+		{name: "nil", h: nil},
+		{name: "unrelated", h: header("Retry-After", "3", "Content-Type", "application/json")},
+		{name: "draft-03", h: header("RateLimit-Remaining", "3"), want: true},
+		{name: "draft-03 limit only", h: header("RateLimit-Limit", "10"), want: true},
+		{name: "current draft", h: header("RateLimit", `"a";r=3`), want: true},
+		{name: "graph", h: header("x-ms-throttle-limit-percentage", "0.9"), want: true},
+		{name: "arm", h: header("x-ms-ratelimit-remaining-subscription-reads", "11999"), want: true},
+		{name: "arm, not canonical", h: http.Header{"x-ms-ratelimit-remaining-resource": {"p;3"}}, want: true},
+		{name: "arm lookalike", h: header("x-ms-ratelimit-remainin", "3")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, Announced(tt.h))
+			if _, ok := Parse(tt.h, now); ok {
+				assert.True(t, Announced(tt.h), "Parse found a budget Announced missed")
+			}
+		})
+	}
+}
+
+// TestAnnouncedCoversParse checks that every header Parse reads a budget
+// from is one Announced sees, so that no budget is skipped unread.
+func TestAnnouncedCoversParse(t *testing.T) {
+	for _, h := range []http.Header{
+		header("RateLimit-Limit", "1200", "RateLimit-Remaining", "100", "RateLimit-Reset", "35"),
+		header("RateLimit-Policy", `"p";q=10;w=1`, "RateLimit", `"p";r=0;t=1`),
+		header("x-ms-throttle-limit-percentage", "1.2", "x-ms-throttle-scope", "Identity"),
+		header("x-ms-ratelimit-remaining-tenant-writes", "7"),
+	} {
+		_, ok := Parse(h, now)
+		require.True(t, ok, "%v", h)
+		assert.True(t, Announced(h), "%v", h)
+	}
+	plain := header("Content-Type", "a", "Date", "b")
+	assert.Zero(t, testing.AllocsPerRun(100, func() { Announced(plain) }))
+}

@@ -1,0 +1,149 @@
+package throttle
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/ratelimit"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+)
+
+func TestAnnouncedNext(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	remaining := func(r float64, reset time.Duration) ratelimit.Budget {
+		b := ratelimit.Budget{Limit: 10, Remaining: r, HasRemaining: true}
+		if reset > 0 {
+			b.Reset = t0.Add(reset)
+		}
+		return b
+	}
+	tests := []struct {
+		name     string
+		budget   ratelimit.Budget
+		inflight int // when the answer came
+		out      int // when next is asked
+		at       time.Duration
+		want     time.Duration // from t0
+	}{
+		{name: "room left", budget: remaining(3, time.Second), want: 0},
+		{name: "room taken by requests in flight", budget: remaining(3, time.Second), inflight: 3, out: 3, want: time.Second},
+		{name: "spent: closed until its reset", budget: remaining(0, 2*time.Second), want: 2 * time.Second},
+		{name: "spent, reset passed: open", budget: remaining(0, time.Second), at: time.Second, want: time.Second},
+		{name: "spent, reset passed, limit in flight", budget: remaining(0, answerWait/2), inflight: 10, out: 10, at: answerWait / 2, want: answerWait},
+		{name: "spent without reset, answers due", budget: remaining(0, 0), out: 2, want: answerWait},
+		{name: "spent without reset, none out: one asks", budget: remaining(0, 0), want: 0},
+		{name: "spent without reset, answers overdue: one asks", budget: remaining(0, 0), out: 2, at: 2 * answerWait, want: 2 * answerWait},
+		{name: "graph percentage spent", budget: ratelimit.Budget{Used: 1.2}, out: 1, want: answerWait},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var a announced
+			a.refresh(tt.budget, t0, t0, tt.inflight)
+			assert.True(t, a.counted())
+			assert.Equal(t, t0.Add(tt.want), a.next(t0.Add(tt.at), tt.out))
+		})
+	}
+}
+
+func TestAnnouncedRefresh(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := func(r float64, reset time.Duration) ratelimit.Budget {
+		return ratelimit.Budget{Limit: 10, Remaining: r, HasRemaining: true, Reset: t0.Add(reset)}
+	}
+	tests := []struct {
+		name      string
+		second    ratelimit.Budget
+		sent      time.Duration // of the second answer's request
+		wantLeft  float64
+		wantReset time.Duration
+	}{
+		{name: "a later request's answer replaces", second: b(8, time.Second), sent: time.Millisecond, wantLeft: 8, wantReset: time.Second},
+		{name: "an earlier request's answer with more left is stale", second: b(8, time.Second), sent: -time.Millisecond, wantLeft: 2, wantReset: 3 * time.Second},
+		{name: "an earlier request's answer may only lower", second: b(1, time.Second), sent: -time.Millisecond, wantLeft: 1, wantReset: 3 * time.Second},
+		{name: "an earlier request's answer may delay the reset", second: b(5, 4*time.Second), sent: -time.Millisecond, wantLeft: 2, wantReset: 4 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var a announced
+			a.refresh(b(2, 3*time.Second), t0.Add(-time.Millisecond), t0, 0)
+			a.refresh(tt.second, t0.Add(tt.sent), t0.Add(time.Millisecond), 0)
+			assert.Equal(t, tt.wantLeft, a.left)
+			assert.Equal(t, t0.Add(tt.wantReset), a.budget.Reset)
+		})
+	}
+	var a announced
+	assert.False(t, a.live(t0, time.Second), "no budget announced")
+	a.refresh(b(0, time.Minute), t0, t0, 0)
+	assert.True(t, a.live(t0.Add(30*time.Second), time.Second), "until its reset")
+	assert.False(t, a.live(t0.Add(time.Minute), time.Second))
+}
+
+func TestQueue_FollowsAnnouncedBudget(t *testing.T) {
+	announce := func(remaining string) http.Header {
+		return http.Header{"Ratelimit-Limit": {"10"}, "Ratelimit-Remaining": {remaining}, "Ratelimit-Reset": {"1"}}
+	}
+	tests := []struct {
+		name       string
+		header     http.Header
+		wantActive bool
+		wantHeld   time.Duration // of the second request, 0: sent at once
+	}{
+		{name: "no budget announced", header: nil},
+		{name: "room enough: not followed", header: announce("5")},
+		{name: "one left: the next waits for the reset", header: announce("1"), wantActive: true, wantHeld: time.Second},
+		{name: "spent: closed until the reset", header: announce("0"), wantActive: true, wantHeld: time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := New(options.SystemClock, options.QueueOptions{})
+				req := httptest.NewRequest(http.MethodGet, "https://graph.test/v1.0/users/1", nil)
+				q.Report(req, Pass{Sent: time.Now()}, Succeeded, 0, tt.header, time.Now)
+				require.Equal(t, tt.wantActive, q.Active(req))
+				if !tt.wantActive {
+					return
+				}
+				start := time.Now()
+				var last time.Time
+				for range 2 {
+					p, err := q.Admit(t.Context(), req, time.Time{}, time.Time{}, nil)
+					require.NoError(t, err)
+					last = p.Sent
+				}
+				assert.Equal(t, tt.wantHeld, last.Sub(start))
+			})
+		})
+	}
+}
+
+func TestQueue_PacedThrottleHoldsOnlyItsRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New(options.SystemClock, options.QueueOptions{})
+		post := func() *http.Request {
+			return httptest.NewRequest(http.MethodPost, "https://graph.test/v1.0/users", nil)
+		}
+		// The scope's first throttle holds its path: the server's word.
+		q.Report(post(), Pass{Sent: time.Now()}, Throttled, time.Second, nil, time.Now)
+		start := time.Now()
+		p, err := q.Admit(t.Context(), post(), time.Time{}, time.Time{}, nil)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, p.Sent.Sub(start), time.Second)
+		require.True(t, p.paced, "released by a pacing scope")
+
+		// A throttle of a paced release holds nothing else for its minute.
+		q.Report(post(), p, Throttled, time.Minute, nil, time.Now)
+		_, err = q.Admit(t.Context(), post(), time.Time{}, time.Now().Add(10*time.Second), nil)
+		assert.NoError(t, err, "held for the paced request's Retry-After")
+
+		// An unpaced one does.
+		q.Report(post(), Pass{Sent: time.Now()}, Throttled, time.Minute, nil, time.Now)
+		_, err = q.Admit(t.Context(), post(), time.Time{}, time.Now().Add(10*time.Second), nil)
+		assert.ErrorIs(t, err, ErrHoldTooLong)
+	})
+}
