@@ -182,30 +182,20 @@ func (b *batchRun) Next(req *http.Request, index int) (*http.Response, error) {
 // delay for a 429 that names none), and successful items pace their scope.
 // An item answered 424 Failed Dependency was never run: it says nothing.
 func (b *batchRun) learn(a itemAnswer) {
-	outcome, hold := throttle.Failed, time.Duration(0)
-	switch {
-	case a.Status == http.StatusTooManyRequests:
-		outcome = throttle.Throttled
-		var has bool
-		if hold, has = RetryAfter(a.Header, a.back); !has {
-			delay, ok := b.policy.Next(options.Attempt{Retry: a.n, Elapsed: a.back.Sub(b.start), Request: b.req, Response: a.response()})
-			if ok {
-				hold = delay
-			}
+	if a.Status == http.StatusFailedDependency {
+		return // the item was never run
+	}
+	back := func() time.Time { return a.back }
+	outcome, hold, policyHold := verdict(a.Status, a.Header, back)
+	if policyHold {
+		if delay, ok := b.policy.Next(options.Attempt{Retry: a.n, Elapsed: a.back.Sub(b.start), Request: b.req, Response: a.response()}); ok {
+			hold = delay
 		}
-	case a.Status == http.StatusServiceUnavailable, a.Status == http.StatusGatewayTimeout:
-		var has bool
-		if hold, has = RetryAfter(a.Header, a.back); has {
-			outcome = throttle.Throttled
-		}
-	case a.Status == http.StatusFailedDependency:
-	case a.Status < 500:
-		outcome = throttle.Succeeded
 	}
 	if outcome == throttle.Failed {
 		return
 	}
-	b.queue.ReportItem(a.request(b.req), a.sent, outcome, hold, func() time.Time { return a.back })
+	b.queue.ReportItem(a.request(b.req), a.sent, outcome, hold, a.Header, back)
 }
 
 // request returns the item as a request of its own, sent to the host the

@@ -367,25 +367,38 @@ func (r *run) observe(resp *http.Response, err error, pass throttle.Pass, n int,
 		// The batch itself was answered; its items are throttled one by
 		// one, and its stand-in says nothing of the batch's own URL.
 		outcome = throttle.Succeeded
-	case resp.StatusCode == http.StatusTooManyRequests:
-		outcome = throttle.Throttled
-		var has bool
-		if hold, has = RetryAfter(resp.Header, back.now()); !has {
+	default:
+		var policyHold bool
+		outcome, hold, policyHold = verdict(resp.StatusCode, resp.Header, back.now)
+		if policyHold {
 			hold = r.policyDelay(resp, n, back.now())
 		}
-	case resp.StatusCode == http.StatusServiceUnavailable, resp.StatusCode == http.StatusGatewayTimeout:
-		var has bool
-		if hold, has = RetryAfter(resp.Header, back.now()); has {
-			outcome = throttle.Throttled
-		}
-	case resp.StatusCode < 500:
-		outcome = throttle.Succeeded
 	}
 	var header http.Header
 	if resp != nil {
 		header = resp.Header
 	}
 	q.Report(r.req, pass, outcome, hold, header, back.now)
+}
+
+// verdict is what an answer with status and header tells the throttle
+// queue: its outcome and, for a throttle, how long it holds its target. A
+// 429 without a usable Retry-After holds it for the policy's delay, which
+// the caller knows: policyHold says so. A 503 or 504 is a throttle only
+// when it names a Retry-After. now is read only when needed.
+func verdict(status int, header http.Header, now func() time.Time) (o throttle.Outcome, hold time.Duration, policyHold bool) {
+	switch {
+	case status == http.StatusTooManyRequests:
+		hold, has := RetryAfter(header, now())
+		return throttle.Throttled, hold, !has
+	case status == http.StatusServiceUnavailable, status == http.StatusGatewayTimeout:
+		if hold, has := RetryAfter(header, now()); has {
+			return throttle.Throttled, hold, false
+		}
+	case status < 500:
+		return throttle.Succeeded, 0, false
+	}
+	return throttle.Failed, 0, false
 }
 
 // policyDelay is how long a 429 without a usable Retry-After holds its

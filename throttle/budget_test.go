@@ -102,7 +102,7 @@ func TestQueue_FollowsAnnouncedBudget(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				q := New(options.SystemClock, options.QueueOptions{})
+				q := New(options.SystemClock(), options.QueueOptions{})
 				req := httptest.NewRequest(http.MethodGet, "https://graph.test/v1.0/users/1", nil)
 				q.Report(req, Pass{Sent: time.Now()}, Succeeded, 0, tt.header, time.Now)
 				require.Equal(t, tt.wantActive, q.Active(req))
@@ -124,7 +124,7 @@ func TestQueue_FollowsAnnouncedBudget(t *testing.T) {
 
 func TestQueue_PacedThrottleHoldsOnlyItsRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := New(options.SystemClock, options.QueueOptions{})
+		q := New(options.SystemClock(), options.QueueOptions{})
 		post := func() *http.Request {
 			return httptest.NewRequest(http.MethodPost, "https://graph.test/v1.0/users", nil)
 		}

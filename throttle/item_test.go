@@ -42,7 +42,7 @@ func reportItems(t *testing.T, q *Queue, clk *clocktest.Clock, sent time.Time, i
 	for _, it := range items {
 		req, err := http.NewRequest(http.MethodGet, graph+it.path, nil)
 		require.NoError(t, err)
-		q.ReportItem(req, sent, it.outcome, it.hold, clk.Now)
+		q.ReportItem(req, sent, it.outcome, it.hold, nil, clk.Now)
 	}
 }
 
@@ -167,7 +167,7 @@ func TestReportItemNeverProbes(t *testing.T) {
 		clk.Advance(time.Second)
 		req, err := http.NewRequest(http.MethodGet, mailbox+"3", nil)
 		require.NoError(t, err)
-		q.Report(req, probe.pass, Succeeded, 0, clk.Now)
+		q.Report(req, probe.pass, Succeeded, 0, nil, clk.Now)
 		assert.Equal(t, []time.Duration{2 * time.Second}, releases(t, clk, []<-chan admitted{held}), "the probe's success does")
 	})
 }
