@@ -23,6 +23,7 @@ import (
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/effective"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/metrics"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/wait"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/throttle"
 )
@@ -202,6 +203,9 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 		attemptReq, err := r.attemptRequest(reqCtx, retry)
 		if err != nil {
 			wrote.release()
+			// The queue let the attempt go and counts it in flight until
+			// it hears of it.
+			r.observe(nil, err, pass, retry+1, &reading{clock: r.h.clock})
 			return r.giveUp(retry, stopRewind, fmt.Errorf("preparing attempt %d: %w", retry+1, err))
 		}
 		r.drop()
@@ -292,7 +296,7 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (thrott
 			pass.Sent, err = r.h.clock.Now(), nil
 		}
 	case notBefore.After(now):
-		err = sleepUntil(ctx, r.h.clock, notBefore)
+		err = wait.Until(ctx, r.h.clock, notBefore)
 		pass.Sent = r.h.clock.Now()
 	default:
 		return throttle.Pass{Sent: now}, "", nil // nothing to wait for
@@ -319,22 +323,6 @@ func (r *run) holdDeadline(ctx context.Context, now time.Time) (time.Time, strin
 		}
 	}
 	return deadline, limit
-}
-
-// sleepUntil waits until at, or until ctx ends.
-func sleepUntil(ctx context.Context, clock options.Clock, at time.Time) error {
-	d := at.Sub(clock.Now())
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C():
-		return nil
-	}
 }
 
 // queueObserver reports the queue's holds as the request's signals.

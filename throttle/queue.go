@@ -24,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/ratelimit"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/wait"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -554,7 +555,7 @@ func keepNewest[V any](m map[string]V, keep int, seq func(V) uint64) {
 func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadline time.Time, obs Observer) (Pass, error) {
 	s := q.state(hostKey(req), false)
 	if s == nil || !s.active.Load() {
-		err := sleepUntil(ctx, q.clock, notBefore)
+		err := wait.Until(ctx, q.clock, notBefore)
 		return Pass{Sent: later(q.clock.Now(), notBefore), host: s}, err
 	}
 	p, err := q.acquire(ctx, s, q.newTarget(req), notBefore, deadline, obs)
@@ -832,22 +833,6 @@ func waitFor(ctx context.Context, clock options.Clock, d time.Duration, wake <-c
 	case <-t.C():
 	}
 	return nil
-}
-
-// sleepUntil waits until at, or until ctx ends.
-func sleepUntil(ctx context.Context, clock options.Clock, at time.Time) error {
-	d := at.Sub(clock.Now())
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C():
-		return nil
-	}
 }
 
 func later(a, b time.Time) time.Time {
