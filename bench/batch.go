@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -40,16 +39,12 @@ type batchOutcome struct {
 // 2xx. Latencies are those of whole batches.
 func runBatch(cl client, sc scenario, method string, p params) (result, error) {
 	res := result{client: cl, scenario: sc, method: method, p: p, limit: sc.limit(p)}
-	srv := throttletest.NewServer(sc.config(p))
-	defer srv.Close()
-	base := newBaseTransport(p.c)
-	counting := &countingTransport{base: base}
-	hc, err := cl.build(counting)
+	rg, err := newRig(cl, sc, p)
 	if err != nil {
 		return res, err
 	}
-	settle(0)
-	before := runtime.NumGoroutine()
+	defer rg.srv.Close()
+	srv, base, counting, hc, before := rg.srv, rg.base, rg.counting, rg.hc, rg.before
 
 	ctx, cancel := context.WithTimeout(context.Background(), p.runTimeout)
 	defer cancel()

@@ -81,6 +81,32 @@ type outcome struct {
 	throttled bool          // went to the throttled API
 }
 
+// rig is what one client's run needs: a fresh server, the client on a
+// fresh transport that counts the bodies it hands out, and the number of
+// goroutines before the run, once they settled.
+type rig struct {
+	srv      *throttletest.Server
+	base     *http.Transport
+	counting *countingTransport
+	hc       *http.Client
+	before   int
+}
+
+// newRig starts sc's server and builds cl's client for a run; the caller
+// closes rig.srv.
+func newRig(cl client, sc scenario, p params) (*rig, error) {
+	srv := throttletest.NewServer(sc.config(p))
+	base := newBaseTransport(p.c)
+	counting := &countingTransport{base: base}
+	hc, err := cl.build(counting)
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	settle(0)
+	return &rig{srv: srv, base: base, counting: counting, hc: hc, before: runtime.NumGoroutine()}, nil
+}
+
 // run drives p.n requests from p.c workers through a fresh client against
 // a fresh server, and measures.
 func run(cl client, sc scenario, method string, p params) (result, error) {
@@ -88,16 +114,12 @@ func run(cl client, sc scenario, method string, p params) (result, error) {
 		return runBatch(cl, sc, method, p)
 	}
 	res := result{client: cl, scenario: sc, method: method, p: p, limit: sc.limit(p)}
-	srv := throttletest.NewServer(sc.config(p))
-	defer srv.Close()
-	base := newBaseTransport(p.c)
-	counting := &countingTransport{base: base}
-	hc, err := cl.build(counting)
+	rg, err := newRig(cl, sc, p)
 	if err != nil {
 		return res, err
 	}
-	settle(0)
-	before := runtime.NumGoroutine()
+	defer rg.srv.Close()
+	srv, base, counting, hc, before := rg.srv, rg.base, rg.counting, rg.hc, rg.before
 
 	// The run's own deadline stops a client that would otherwise keep
 	// retrying past any reasonable time; its requests then count as errors.
