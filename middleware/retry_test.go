@@ -237,7 +237,10 @@ func TestRetryHandler_RetryAfter(t *testing.T) {
 			if policy == nil {
 				policy = fixedPolicy(1, 0) // zero interval: only the server's time counts
 			}
-			h, clk := newHandler(t, options.RetryHandlerOptions{Policy: policy})
+			// The queue off: these are the waits the answer names; the
+			// pace the queue adds after a throttle is the throttle
+			// package's to test.
+			h, clk := newHandler(t, options.RetryHandlerOptions{Policy: policy, Queue: options.QueueOptions{Disabled: true}})
 			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
 			res, waits := do(clk, newClient(t, h), req)
 			require.NoError(t, res.err)

@@ -110,7 +110,11 @@ type adaptivePacer struct {
 	burst     int
 	waveStart time.Time
 	waveEnd   time.Time // the first throttle
-	rate      float64   // rate of the last release
+	// waveLast is the last answer to a success of the wave: the server
+	// may have served the wave's last requests after its first throttle,
+	// from what it refilled meanwhile.
+	waveLast time.Time
+	rate     float64 // rate of the last release
 	// releases holds the time since start of each release since start, in
 	// order, to fit the server's rate.
 	releases []time.Duration
@@ -141,12 +145,12 @@ func (p *adaptivePacer) rateAt(now time.Time) float64 {
 		// so the starting rate is read when it is needed.
 		// Doubling once per round trip, as TCP's slow start does, keeps the
 		// overshoot before the server's answer comes back to a few times.
-		step := max(doubling, p.rtt).Seconds()
+		step := p.step().Seconds()
 		r = searchStart * float64(max(p.burst, 1)) / min(p.period, searchPeriod) * math.Exp2(elapsed/step)
 	default:
 		k := math.Cbrt((1 - dip) / cubic)
 		r = p.base * (1 + cubic*math.Pow(min(elapsed-k, 0), 3))
-		if beyond := elapsed - k - max(probeAfter.Seconds(), p.period); beyond > 0 {
+		if beyond := elapsed - max(k, probeAfter.Seconds(), 2*p.period); beyond > 0 {
 			// Past the fit, probe by doubling: a throttle then holds only
 			// the probe that met it, so a server whose rate rose is
 			// caught up with within a second or two at the cost of one
@@ -167,7 +171,7 @@ func (p *adaptivePacer) next(now time.Time) time.Time {
 		return now
 	}
 	from := later(p.last, p.start)
-	if p.last.Before(p.start) || p.state == pacerSearching && p.last.Equal(p.start) && p.rate == 0 {
+	if p.last.Before(p.start) {
 		return from
 	}
 	spacing := func(t time.Time) time.Duration { return time.Duration(float64(time.Second) / p.rateAt(t)) }
@@ -185,6 +189,15 @@ func (p *adaptivePacer) next(now time.Time) time.Time {
 }
 
 func (p *adaptivePacer) sent(now time.Time) {
+	if p.state == pacerSearching && now.Sub(later(p.last, p.start)).Seconds() >= p.period/2 {
+		// Nothing was released for half a Retry-After: the throttle's own
+		// hold kept the scope back (a sparse scope's gaps are shorter),
+		// and a search that went on doubling meanwhile would let
+		// everything out at once. It starts again from its first rate,
+		// against a bucket that had that long to refill.
+		p.start, p.last = now, time.Time{}
+		p.releases = p.releases[:0]
+	}
 	r := p.rateAt(now)
 	if r == 0 {
 		return
@@ -200,6 +213,10 @@ func (p *adaptivePacer) sent(now time.Time) {
 	}
 }
 
+// step is how often the search doubles its rate: once per round trip,
+// and no more often than every doubling.
+func (p *adaptivePacer) step() time.Duration { return max(doubling, p.rtt) }
+
 // observe updates the round-trip estimate with one answer.
 func (p *adaptivePacer) observe(sent, now time.Time) {
 	p.rtt = max(now.Sub(sent), p.rtt*63/64)
@@ -212,11 +229,16 @@ func (p *adaptivePacer) settle(n int, start time.Time) {
 	}
 }
 
-func (p *adaptivePacer) succeeded(sent, now time.Time) { p.observe(sent, now) }
+func (p *adaptivePacer) succeeded(sent, now time.Time) {
+	p.observe(sent, now)
+	if p.state != pacerCold && sent.Before(p.waveEnd) {
+		p.waveLast = later(p.waveLast, now)
+	}
+}
 
 func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 	p.observe(sent, now)
-	if !sent.After(p.reacted.Add(2 * p.rtt)) {
+	if !sent.After(p.reacted.Add(2*p.rtt)) || p.state == pacerSearching && sent.Before(p.start) {
 		// Sent before the last decrease (or, for the first wave, before the
 		// release began), or so soon after it that it met the requests
 		// still in flight: the same congestion, seen late.
@@ -227,8 +249,15 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		p.period = max(end.Sub(now), time.Second).Seconds()
 		p.state = pacerSearching
 		p.waveEnd = now
-		p.start = end
-		p.reacted = end
+		// The search begins at once, not when the throttle ends: the
+		// server's word holds only what it throttled, and the rest of the
+		// scope may use what the bucket refills meanwhile.
+		// Requests sent within two round trips of it meet the same
+		// congestion (the wave may still be reaching the server): the
+		// first release waits that long, so that what it says is news.
+		p.start = now.Add(2 * p.rtt)
+		p.last = p.start
+		p.reacted = now
 	default:
 		// However the fit reads a noisy round, one throttle never more than
 		// halves a steady rate, and the search never ends below the first
@@ -276,7 +305,7 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 		// below it: too small a bucket runs dry at any rate under the
 		// small bursts of releases that catch up with their slots. Assume
 		// it holds at least a tenth of a second of the rate.
-		capacity := max(counted, minBurstSeconds*max(p.rate, p.rateAt(sent)))
+		capacity := max(counted, minBurstSeconds*p.base)
 		rate, ok := p.solve(n, capacity, 0)
 		if !ok {
 			return plain
@@ -290,15 +319,24 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 	// error in the burst is several in the rate.
 	span := 0.0
 	if !p.waveStart.IsZero() {
-		span = max(p.waveEnd.Sub(p.waveStart), 0).Seconds()
+		span = max(later(p.waveEnd, p.waveLast).Sub(p.waveStart), 0).Seconds()
 	}
+	// The bucket, empty at the first throttle, refilled until the search
+	// began, at the rate being fitted.
+	refill := max(p.start.Sub(p.waveEnd), 0).Seconds()
 	burst, rate := counted, 0.0
 	for range 5 {
 		var ok bool
-		if rate, ok = p.solve(n, burst, burst); !ok {
+		if rate, ok = p.solve(n, burst, refill); !ok {
 			return plain
 		}
-		burst = max(counted-rate*span, 1)
+		burst = max(counted-rate*span, min(counted, minBurstSeconds*rate), 1)
+	}
+	if float64(n) < burst {
+		// Fewer releases than the bucket that let the wave through: they
+		// did not run it dry. One item throttled on its own (locked, or
+		// with a budget of its own) says nothing of the scope's rate.
+		return plain
 	}
 	return min(rate, p.peak(n)) * fitShare
 }
@@ -322,12 +360,12 @@ func (p *adaptivePacer) peak(n int) float64 {
 	return 2 * max(float64(most), 1) / peakWindow.Seconds()
 }
 
-// solve returns the refill rate at which a token bucket of capacity
-// holding stored at p.start first runs dry at the n-th release, or false
-// when no rate up to the last release rate explains it.
-func (p *adaptivePacer) solve(n int, capacity, stored float64) (float64, bool) {
+// solve returns the refill rate at which a token bucket of capacity,
+// empty refill seconds before p.start, first runs dry at the n-th release,
+// or false when no rate up to the last release rate explains it.
+func (p *adaptivePacer) solve(n int, capacity, refill float64) (float64, bool) {
 	dry := func(rate float64) bool {
-		tokens, prev := stored, time.Duration(0)
+		tokens, prev := min(capacity, rate*refill), time.Duration(0)
 		for _, at := range p.releases[:n] {
 			tokens = min(capacity, tokens+rate*(at-prev).Seconds()) - 1
 			prev = at

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -54,12 +55,24 @@ func TestAdaptivePacerFirstThrottle(t *testing.T) {
 
 			require.Equal(t, pacerSearching, p.state)
 			assert.InDelta(t, tt.period, p.period, 1e-9)
-			assert.Equal(t, end, p.start, "the search begins when the throttle ends")
-			assert.Equal(t, end, p.next(now), "the first release is at the throttle's end")
+			// Requests sent within two round trips (5 ms each) met the
+			// same congestion: the search begins after them, at once and
+			// not at the throttle's end, and a token's time later.
+			start := now.Add(10 * ms)
+			assert.Equal(t, start, p.start, "the search begins two round trips after the throttle")
+			first := p.next(now)
+			assert.True(t, first.After(start), "the first release waits a token's time")
+			assert.False(t, first.After(start.Add(time.Duration(float64(time.Second)/tt.rate))), "at the first rate or sooner")
 			for i, want := range []float64{tt.rate, 2 * tt.rate, 4 * tt.rate, 8 * tt.rate} {
-				assert.InDelta(t, want, p.rateAt(end.Add(time.Duration(i)*doubling)), want*1e-9, "rate after %d doublings", i)
+				assert.InDelta(t, want, p.rateAt(start.Add(time.Duration(i)*doubling)), want*1e-9, "rate after %d doublings", i)
 			}
-			assert.InDelta(t, tt.rate, p.rateAt(now), tt.rate*1e-9, "held: the starting rate")
+
+			// A hold of the throttled path kept the scope back for half its
+			// Retry-After: the search starts again from its first rate.
+			resumed := start.Add(time.Duration(tt.period * float64(time.Second) / 2))
+			p.sent(resumed)
+			assert.Equal(t, resumed, p.start, "the search starts again after a hold")
+			assert.InDelta(t, tt.rate, p.rate, tt.rate*1e-9, "at its first rate")
 
 			// The first wave's successes that arrive late are the burst
 			// too, and raise the starting rate.
@@ -188,57 +201,73 @@ func (b *bucket) take(now time.Time) bool {
 }
 
 // TestAdaptivePacerFit runs the pacer's search against a server's token
-// bucket that is full when the search begins: the release it throttles,
-// told to the pacer latency later (releases going on meanwhile), must
-// bring the pacer down to fitShare of the server's rate, however late the
-// throttle is heard of. The first wave lasts wave, so that its successes
-// are the server's burst and what it refilled meanwhile.
+// bucket that the first wave emptied: the release it throttles, told to
+// the pacer latency later (releases going on meanwhile), must bring the
+// pacer down to fitShare of the server's rate, however late the throttle
+// is heard of. The first wave lasts wave, so that its successes are the
+// server's burst and what it refilled meanwhile. The search either goes on
+// at once or, when the throttle held the whole scope (one path), starts
+// when that hold ends, against a bucket refilled meanwhile.
 func TestAdaptivePacerFit(t *testing.T) {
 	const ms = time.Millisecond
 	tests := []struct {
 		rate          float64
 		burst         int
 		latency, wave time.Duration
+		// lo and hi bound the fit, as shares of fitShare of the rate;
+		// zero: 0.95 and 1.07.
+		lo, hi float64
 	}{
-		{400, 40, 0, 0},
-		{400, 40, 1 * ms, 0},
-		{400, 40, 5 * ms, 0},
-		{400, 40, 50 * ms, 0},
-		{400, 40, 1 * ms, 20 * ms},
-		{400, 40, 5 * ms, 50 * ms},
-		{100, 10, 0, 0},
-		{100, 10, 5 * ms, 20 * ms},
-		{1000, 10, 0, 0},
-		{1000, 10, 5 * ms, 10 * ms},
-		{1000, 200, 5 * ms, 20 * ms},
-		{5000, 40, 5 * ms, 0},
-		{400, 1, 0, 0},
-		{400, 1, 50 * ms, 0},
+		{400, 40, 0, 0, 0, 0},
+		{400, 40, 1 * ms, 0, 0, 0},
+		{400, 40, 5 * ms, 0, 0, 0},
+		{400, 40, 50 * ms, 0, 0, 0},
+		{400, 40, 1 * ms, 20 * ms, 0, 0},
+		{400, 40, 5 * ms, 50 * ms, 0, 0},
+		{100, 10, 0, 0, 0, 0},
+		{100, 10, 5 * ms, 20 * ms, 0, 0},
+		{1000, 10, 0, 0, 0, 0},
+		// A bucket under a tenth of a second of its rate, counted through
+		// a wave, is taken for that tenth: the fit reads up to a fifth low.
+		{1000, 10, 5 * ms, 10 * ms, 0.8, 0},
+		// A search that goes on at once after a long wave may read high;
+		// up to a quarter; the next throttle refits it from an empty bucket.
+		{1000, 200, 5 * ms, 20 * ms, 0, 1.25},
+		{5000, 40, 5 * ms, 0, 0, 0},
+		{400, 1, 0, 0, 0, 0},
+		{400, 1, 50 * ms, 0, 0, 0},
 	}
 	for _, tt := range tests {
-		t.Run(fmt.Sprintf("R=%v B=%v latency=%v wave=%v", tt.rate, tt.burst, tt.latency, tt.wave), func(t *testing.T) {
-			p := newAdaptivePacer(t0)
-			// The first wave, sent from t0 on and throttled at its end.
-			p.settle(tt.burst+int(tt.rate*tt.wave.Seconds()), t0)
-			waveEnd := t0.Add(tt.wave)
-			p.throttled(waveEnd, waveEnd.Add(ms), waveEnd.Add(time.Second))
-			server := &bucket{rate: tt.rate, burst: float64(tt.burst), tokens: float64(tt.burst), last: p.start}
-			var throttled time.Time
-			for now := p.next(t0); throttled.IsZero() || now.Before(throttled.Add(tt.latency)); now = p.next(now) {
-				p.sent(now)
-				if !server.take(now) && throttled.IsZero() {
-					throttled = now
+		for _, held := range []bool{false, true} {
+			t.Run(fmt.Sprintf("R=%v B=%v latency=%v wave=%v held=%v", tt.rate, tt.burst, tt.latency, tt.wave, held), func(t *testing.T) {
+				p := newAdaptivePacer(t0)
+				// The first wave, sent from t0 on and throttled at its end.
+				p.settle(tt.burst+int(tt.rate*tt.wave.Seconds()), t0)
+				waveEnd := t0.Add(tt.wave)
+				p.throttled(waveEnd, waveEnd.Add(ms), waveEnd.Add(time.Second))
+				server := &bucket{rate: tt.rate, burst: float64(tt.burst), last: waveEnd}
+				now := p.next(t0)
+				if held {
+					now = waveEnd.Add(time.Second)
 				}
-			}
-			now := throttled.Add(tt.latency)
-			p.throttled(throttled, now, now.Add(time.Second))
-			require.Equal(t, pacerSteady, p.state)
-			// The throttle tells that the bucket held less than a token: the
-			// fit resolves the rate to a token over the time it drained,
-			// within a few % above the server's rate, never below it.
-			assert.GreaterOrEqual(t, p.base, fitShare*tt.rate, "fitted rate")
-			assert.LessOrEqual(t, p.base, fitShare*tt.rate*1.07, "fitted rate")
-		})
+				var throttled time.Time
+				for ; throttled.IsZero() || now.Before(throttled.Add(tt.latency)); now = p.next(now) {
+					p.sent(now)
+					if !server.take(now) && throttled.IsZero() {
+						throttled = now
+					}
+				}
+				now = throttled.Add(tt.latency)
+				p.throttled(throttled, now, now.Add(time.Second))
+				require.Equal(t, pacerSteady, p.state)
+				// The throttle tells that the bucket held less than a token:
+				// the fit resolves the rate to a token over the time it
+				// drained, within a few % of the server's rate.
+				lo, hi := cmp.Or(tt.lo, 0.95), cmp.Or(tt.hi, 1.07)
+				assert.GreaterOrEqual(t, p.base, fitShare*tt.rate*lo, "fitted rate")
+				assert.LessOrEqual(t, p.base, fitShare*tt.rate*hi, "fitted rate")
+			})
+		}
 	}
 }
 

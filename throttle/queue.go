@@ -615,6 +615,12 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		// has one, still paces while it recovers.
 		p.probe.ends = p.probe.ends[:0]
 		p.probe.probing = time.Time{}
+		// The waiters it held sank behind the heads held by the server's
+		// word, and only a head looks again: each is eligible from its own
+		// time again, and looks again when its turn comes.
+		for _, sc := range s.scopes {
+			sc.waiters.reset()
+		}
 		if sc := q.match(s, t, now).scope; sc != nil {
 			if p.Sent.Before(sc.since) {
 				sc.pacer.settle(1, p.Sent)
@@ -856,6 +862,15 @@ type waiter struct {
 type waiterHeap []*waiter
 
 func (h waiterHeap) Len() int { return len(h) }
+
+// reset makes every waiter eligible from its own notBefore again.
+func (h *waiterHeap) reset() {
+	for _, w := range *h {
+		w.eligible = w.notBefore
+	}
+	heap.Init(h)
+}
+
 func (h waiterHeap) Less(i, j int) bool {
 	if c := h[i].eligible.Compare(h[j].eligible); c != 0 {
 		return c < 0

@@ -35,6 +35,9 @@ type simServer struct {
 	throttled int
 	early     int
 	notBefore map[string]time.Time
+	// retryAfter, when set, is the Retry-After of every 429 in seconds,
+	// however soon a token comes.
+	retryAfter int
 }
 
 func newSimServer(rate float64, burst int, latency time.Duration) *simServer {
@@ -69,6 +72,9 @@ func (s *simServer) RoundTrip(req *http.Request) (*http.Response, error) {
 	} else {
 		wait := (1 - s.tokens) / s.rate
 		ra := max(int(math.Ceil(wait)), 1)
+		if s.retryAfter > 0 {
+			ra = s.retryAfter
+		}
 		s.throttled++
 		s.notBefore[id] = now.Add(time.Duration(ra) * time.Second)
 		status = http.StatusTooManyRequests
@@ -102,6 +108,8 @@ type simWorkload struct {
 	stagger time.Duration // between the starts of successive workers
 	dial    time.Duration // 0 to dial added to a worker's first request
 	pacer   string        // the release design (SetPacer); "" for the default
+	// retryAfter, when set, is the server's fixed Retry-After in seconds.
+	retryAfter int
 }
 
 // simulate sends the workload through one queue, in virtual time, as a
@@ -118,6 +126,7 @@ func simulate(t *testing.T, opts options.QueueOptions, w simWorkload) simResult 
 	var res simResult
 	synctest.Test(t, func(t *testing.T) {
 		srv := newSimServer(rate, burst, 2*time.Millisecond)
+		srv.retryAfter = w.retryAfter
 		if w.jitter > 0 {
 			rng := rand.New(rand.NewPCG(1, 2))
 			srv.jitter = func() time.Duration { return time.Duration(rng.Int64N(int64(w.jitter))) }
@@ -215,21 +224,25 @@ func TestQueueSimulation(t *testing.T) {
 		queue                 bool
 		jitter, stagger, dial time.Duration
 		limit                 float64
+		retryAfter            int
 	}{
-		{"GET distinct URLs, queue on", get, true, 0, 0, 0, 1.5},
-		{"POST one path, queue on", post, true, 0, 0, 0, 1.5},
-		{"GET distinct URLs, queue on, 0-40 ms jitter", get, true, 40 * ms, 0, 0, 2},
-		{"POST one path, queue on, 0-40 ms jitter", post, true, 40 * ms, 0, 0, 2},
-		{"GET, workers starting 0.1 ms apart", get, true, 0, ms / 10, 0, 1.5},
-		{"POST, workers starting 0.1 ms apart", post, true, 0, ms / 10, 0, 1.5},
-		{"GET, first requests connecting for 0-15 ms", get, true, 0, ms / 20, 15 * ms, 1.6},
-		{"POST, first requests connecting for 0-15 ms", post, true, 0, ms / 20, 15 * ms, 1.6},
-		{"GET distinct URLs, queue off", get, false, 0, 0, 0, 0},
+		{"GET distinct URLs, queue on", get, true, 0, 0, 0, 1.5, 0},
+		{"POST one path, queue on", post, true, 0, 0, 0, 1.5, 0},
+		{"GET distinct URLs, queue on, 0-40 ms jitter", get, true, 40 * ms, 0, 0, 2, 0},
+		{"POST one path, queue on, 0-40 ms jitter", post, true, 40 * ms, 0, 0, 2, 0},
+		{"GET, workers starting 0.1 ms apart", get, true, 0, ms / 10, 0, 1.5, 0},
+		{"POST, workers starting 0.1 ms apart", post, true, 0, ms / 10, 0, 1.5, 0},
+		{"GET, first requests connecting for 0-15 ms", get, true, 0, ms / 20, 15 * ms, 1.6, 0},
+		{"POST, first requests connecting for 0-15 ms", post, true, 0, ms / 20, 15 * ms, 1.6, 0},
+		// The server's word holds only the URLs it throttled: the rest of
+		// the scope is paced through the 3 s, not held for them.
+		{"GET, Retry-After 3 s however soon a token comes", get, true, 0, 0, 0, 1.2, 3},
+		{"GET distinct URLs, queue off", get, false, 0, 0, 0, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res := simulate(t, options.QueueOptions{Disabled: !tt.queue},
-				simWorkload{path: tt.path, jitter: tt.jitter, stagger: tt.stagger, dial: tt.dial})
+				simWorkload{path: tt.path, jitter: tt.jitter, stagger: tt.stagger, dial: tt.dial, retryAfter: tt.retryAfter})
 			t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
 			assert.Zero(t, res.failed)
 			assert.Zero(t, res.early, "no retry before the server's Retry-After")
