@@ -6,6 +6,15 @@
 //
 // It knows JSON and HTTP semantics only; when and how often to resend is
 // the retry handler's business.
+//
+// An item's final answer stays final, whatever a server answers later. An
+// answer counts only for an item of the round it answers: the whole batch
+// in the first round, the items resent in each later one. A response that
+// answers one id twice counts the answer that is not worth resending (one
+// that is not a throttle) over one that is, and otherwise the first. An
+// answer to an id the batch does not hold is kept once, from the first
+// round, so that the caller sees what the server said; such answers in
+// later rounds, or repeated, are dropped.
 package batch
 
 import (
@@ -17,6 +26,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -58,6 +68,9 @@ type request struct {
 	DependsOn []string       `json:"dependsOn"`
 	Headers   map[string]any `json:"headers"`
 	answer    *answer        // the latest answer, nil before one came
+	// open is set while the item is in the round being answered: the
+	// whole batch at first, then only the items resent.
+	open bool
 }
 
 // answer is one item of a batch response.
@@ -74,8 +87,9 @@ type answer struct {
 type Completer struct {
 	requests []*request
 	byID     map[string]*request
-	extra    []*answer // answers to ids the request does not hold, in arrival order
+	extra    []*answer // first-round answers to ids the request does not hold, one per id, in arrival order
 	resend   []*request
+	rounds   int // the responses absorbed
 	// Retryable reports whether an item answered with this status is worth
 	// resending; it is asked about 429, 503 and 504 only. nil: all three.
 	Retryable func(status int) bool
@@ -111,6 +125,7 @@ func NewCompleter(body []byte) (*Completer, error) {
 		case c.byID[r.ID] != nil:
 			return nil, fmt.Errorf("batch request item %q: %w: duplicate id", r.ID, ErrNotBatch)
 		}
+		r.open = true
 		c.byID[r.ID] = r
 		c.requests = append(c.requests, r)
 	}
@@ -144,16 +159,32 @@ func (c *Completer) Absorb(body []byte) ([]Item, error) {
 		}
 		answers = append(answers, a)
 	}
-	items := make([]Item, 0, len(answers))
+	// The answer each item of the round takes: one that is final over a
+	// throttle, else the first.
+	chosen := make(map[*request]*answer, len(answers))
 	for _, a := range answers {
 		r := c.byID[a.ID]
-		if r == nil {
-			c.extra = append(c.extra, a)
+		if r == nil || !r.open {
 			continue
 		}
-		r.answer = a
-		items = append(items, r.item())
+		if prev, ok := chosen[r]; !ok || c.retryable(r, prev.Status) && !c.retryable(r, a.Status) {
+			chosen[r] = a
+		}
 	}
+	items := make([]Item, 0, len(chosen))
+	for _, a := range answers {
+		r := c.byID[a.ID]
+		switch {
+		case r == nil:
+			if c.rounds == 0 && !slices.ContainsFunc(c.extra, func(e *answer) bool { return e.ID == a.ID }) {
+				c.extra = append(c.extra, a)
+			}
+		case chosen[r] == a:
+			r.answer = a
+			items = append(items, r.item())
+		}
+	}
+	c.rounds++
 	c.pick()
 	return items, nil
 }
@@ -166,7 +197,7 @@ func (c *Completer) Absorb(body []byte) ([]Item, error) {
 func (c *Completer) pick() {
 	resent := make(map[string]bool)
 	for _, r := range c.requests {
-		if r.answer != nil && c.retryable(r) {
+		if r.answer != nil && c.retryable(r, r.answer.Status) {
 			resent[r.ID] = true
 		}
 	}
@@ -185,7 +216,8 @@ func (c *Completer) pick() {
 	}
 	c.resend = c.resend[:0]
 	for _, r := range c.requests {
-		if resent[r.ID] {
+		r.open = resent[r.ID]
+		if r.open {
 			c.resend = append(c.resend, r)
 		}
 	}
@@ -206,8 +238,10 @@ func (c *Completer) dependencyResent(r *request, resent map[string]bool) bool {
 	return some
 }
 
-func (c *Completer) retryable(r *request) bool {
-	switch s := r.answer.Status; s {
+// retryable reports whether an answer of status to r makes r worth
+// resending.
+func (c *Completer) retryable(r *request, status int) bool {
+	switch status {
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 	case http.StatusGatewayTimeout:
 		// The item may have been carried out: repeat only what is safe to.
@@ -217,7 +251,7 @@ func (c *Completer) retryable(r *request) bool {
 	default:
 		return false
 	}
-	return c.Retryable == nil || c.Retryable(r.answer.Status)
+	return c.Retryable == nil || c.Retryable(status)
 }
 
 // Pending returns the items to resend, in the original order, with their
@@ -256,7 +290,8 @@ func (c *Completer) ResendBody() ([]byte, error) {
 
 // Merged returns the batch response body holding every item's latest
 // answer, as the server wrote it, in the order of the original request;
-// answers to ids the request did not hold follow, in arrival order. An
+// first-round answers to ids the request did not hold follow, in arrival
+// order, once each. An
 // item never answered is absent.
 func (c *Completer) Merged() []byte {
 	var buf bytes.Buffer
