@@ -34,6 +34,7 @@ FUZZTIME ?= 1m
 fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzRetryAfter$$' -fuzztime=$(FUZZTIME) ./middleware
 	$(GO) test -run='^$$' -fuzz='^FuzzRetryDelay$$' -fuzztime=$(FUZZTIME) ./middleware
+	$(GO) test -run='^$$' -fuzz='^FuzzBatchItemHeaders$$' -fuzztime=$(FUZZTIME) ./middleware
 	$(GO) test -run='^$$' -fuzz='^FuzzValidate$$' -fuzztime=$(FUZZTIME) ./options
 	$(GO) test -run='^$$' -fuzz='^FuzzCompleter$$' -fuzztime=$(FUZZTIME) ./internal/batch
 	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) ./internal/ratelimit

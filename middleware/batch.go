@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/batch"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/durations"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/effective"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/metrics"
 	"github.com/kiota-resilience/kiota-resilience-go/observability"
@@ -259,7 +260,7 @@ func (b *batchRun) standInFor(pending []batch.Item) *http.Response {
 	resp.Header.Del(headerXMsRetryAfterMs)
 	resp.Header.Del(headerRetryAfterMs)
 	if named {
-		resp.Header.Set(headerRetryAfterMs, strconv.FormatInt(int64((wait+time.Millisecond-1)/time.Millisecond), 10))
+		resp.Header.Set(headerRetryAfterMs, strconv.FormatInt(durations.Ceil(wait, time.Millisecond), 10))
 	}
 	return resp
 }

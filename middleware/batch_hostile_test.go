@@ -23,7 +23,7 @@ func TestBatchFinalAnswersStayFinal(t *testing.T) {
 	tests := []struct {
 		name    string
 		replies []reply
-		resends []string // the ids each resend holds, in order
+		resends []string   // the ids each resend holds, in order
 		want    []batchRef // nil: the first answer, as the server sent it
 	}{
 		{

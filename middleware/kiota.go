@@ -8,6 +8,7 @@ import (
 	abstractions "github.com/microsoft/kiota-abstractions-go"
 	nethttplibrary "github.com/microsoft/kiota-http-go"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/durations"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -64,7 +65,7 @@ type kiotaPolicy struct {
 
 // Next implements options.Policy.
 func (p *kiotaPolicy) Next(a options.Attempt) (time.Duration, bool) {
-	p.waited += p.next
+	p.waited = durations.Add(p.waited, p.next)
 	p.next = 0
 	if a.Err != nil || p.waited >= kiotaMaxCumulativeDelay {
 		// kiota-http-go returns a transport error as it comes.

@@ -1,10 +1,11 @@
 package middleware
 
 import (
-	"math"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/durations"
 )
 
 // Headers that carry the server's retry time. Azure services send the two
@@ -16,7 +17,7 @@ const (
 	headerRetryAttempt    = "Retry-Attempt"
 	headerIdempotencyKey  = "Idempotency-Key"
 	headerXIdempotencyKey = "X-Idempotency-Key"
-	maxDelay              = time.Duration(math.MaxInt64)
+	maxDelay              = durations.Max
 )
 
 // RetryAfter returns how long the server asked the client to wait before

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/durations"
 )
 
 // Defaults of AzureStorageExponential, those of the Azure Storage client's
@@ -268,12 +270,5 @@ func grow(base, step time.Duration, f float64) time.Duration {
 		// Avoids 0·Inf = NaN when a huge retry number meets a zero step.
 		return max(base, 0)
 	}
-	r := math.Round(float64(base) + float64(step)*f)
-	switch {
-	case !(r > 0): // also catches NaN
-		return 0
-	case r >= float64(maxDuration):
-		return maxDuration
-	}
-	return time.Duration(r)
+	return durations.FromNanos(math.Round(float64(base) + float64(step)*f))
 }

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/durations"
 )
 
 // Attempt is a failed attempt as a policy sees it.
@@ -167,17 +169,8 @@ func draw(random func() float64) float64 {
 
 // scale multiplies d by f >= 0 without overflowing.
 func scale(d time.Duration, f float64) time.Duration {
-	r := float64(d) * f
-	if r >= float64(maxDuration) {
-		return maxDuration
-	}
-	if r <= 0 {
-		return 0
-	}
-	return time.Duration(r)
+	return durations.FromNanos(float64(d) * f)
 }
-
-const maxDuration = time.Duration(1<<63 - 1)
 
 // Classifier is implemented by a Policy that decides itself which attempts
 // failed in a retryable way, instead of the handler's status code list (for

@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/durations"
 )
 
 // pacer spaces the release of a host's held requests. Its methods are
@@ -174,7 +176,7 @@ func (p *adaptivePacer) next(now time.Time) time.Time {
 	if p.last.Before(p.start) {
 		return from
 	}
-	spacing := func(t time.Time) time.Duration { return time.Duration(float64(time.Second) / p.rateAt(t)) }
+	spacing := func(t time.Time) time.Duration { return durations.FromSeconds(1 / p.rateAt(t)) }
 	hi := from.Add(spacing(from))
 	lo := from
 	for hi.Sub(lo) > 50*time.Microsecond {

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/durations"
 )
 
 // NearlySpentAt is the fraction of a budget used from which Budget.NearlySpent
@@ -268,7 +270,7 @@ func number(s string) (float64, bool) {
 // seconds turns a non-negative count of seconds into a duration of at most
 // maxNumber seconds, so that adding it to a time cannot overflow.
 func seconds(s float64) time.Duration {
-	return time.Duration(min(s, maxNumber) * float64(time.Second))
+	return durations.FromSeconds(min(s, maxNumber))
 }
 
 // Announced reports whether h carries any field Parse reads, without
