@@ -128,13 +128,17 @@ type hostState struct {
 	// can be forgotten.
 	seen atomic.Int64
 
-	mu       sync.Mutex
-	lastEnd  time.Time // the latest end of any throttle of the host
-	urls     map[string]entry
-	paths    map[string]entry
-	prefixes map[string]*prefix
-	scopes   map[string]*scope
-	seq      uint64 // orders throttles and waiters
+	mu sync.Mutex
+	// forgotten is set, under mu, when sweep drops the host: an answer to
+	// a request admitted before then goes to the host's new state, so that
+	// a late 429 is not lost with the old one.
+	forgotten bool
+	lastEnd   time.Time // the latest end of any throttle of the host
+	urls      map[string]entry
+	paths     map[string]entry
+	prefixes  map[string]*prefix
+	scopes    map[string]*scope
+	seq       uint64 // orders throttles and waiters
 }
 
 // entry is an exact URL or path the server throttled until end.
@@ -186,6 +190,19 @@ func (q *Queue) state(host string, create bool) *hostState {
 	return s.(*hostState)
 }
 
+// lockedState returns the current state of host, made when there is
+// none, with its lock held.
+func (q *Queue) lockedState(host string) *hostState {
+	for {
+		s := q.state(host, true)
+		s.mu.Lock()
+		if !s.forgotten {
+			return s
+		}
+		s.mu.Unlock()
+	}
+}
+
 // sweep forgets the hosts that had no throttle for the recovery window and
 // no answer in it either. It runs as a host is added, at most once a
 // recovery window, so that state grows only with the hosts in use.
@@ -201,9 +218,9 @@ func (q *Queue) sweep() {
 			return true
 		}
 		s.mu.Lock()
-		idle := now.After(s.lastEnd.Add(q.recovery)) && !s.holding()
-		s.mu.Unlock()
-		if idle {
+		defer s.mu.Unlock()
+		if now.After(s.lastEnd.Add(q.recovery)) && !s.holding() {
+			s.forgotten = true
 			q.hosts.CompareAndDelete(k, s)
 		}
 		return true
@@ -549,7 +566,10 @@ func keepNewest[V any](m map[string]V, keep int, seq func(V) uint64) {
 // requests sharing its first segments is tested: one matching request at a
 // time goes as a probe. A hold that would pass deadline (zero: none; the
 // caller includes the context's deadline, in the queue's clock) is not
-// made: Admit returns ErrHoldTooLong at once, and the caller decides. Admit returns the context's error if it
+// made: Admit returns ErrHoldTooLong at once, and the caller decides; but a
+// request held by the server's own word (a throttle of its URL or path)
+// whose hold fits is let go when that hold ends, even if its scope's pace
+// would start later. Admit returns the context's error if it
 // ends first. obs, when not nil, hears
 // when the request is held and released.
 func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadline time.Time, obs Observer) (Pass, error) {
@@ -588,6 +608,15 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	s.seen.Store(now.Unix())
 	t := q.newTarget(req)
 	s.mu.Lock()
+	if s.forgotten {
+		// Swept while the attempt was out: what it reports goes to the
+		// host's state as it is now, where the scope and probe that let it
+		// go are no more.
+		s.mu.Unlock()
+		s = q.lockedState(t.host)
+		s.seen.Store(now.Unix())
+		p.scope, p.probe, p.paced = nil, nil, false
+	}
 	if p.scope != nil {
 		p.scope.inflight--
 	}
@@ -674,6 +703,9 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 	now := q.clock.Now()
 	h := q.match(s, t, now)
 	eligible := later(notBefore, h.until)
+	// named is set once the server's own word (a throttle of this URL or
+	// path) holds the request: the pace never cuts that hold short.
+	named := h.until.After(now)
 	if h.probe != nil && !q.mayProbe(h.probe, now) {
 		eligible = later(eligible, h.inferred)
 	}
@@ -683,10 +715,17 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 	}
 	sc := h.scope
 	if sc == nil {
+		if h.probe == nil && !eligible.After(now) {
+			// Nothing holds it and no scope paces it: it goes at once and
+			// leaves no state behind, however many collections a host has.
+			s.mu.Unlock()
+			return Pass{}, nil
+		}
 		// Held, by inference or by a hold that outlived its scope, in a
 		// collection that was not throttled lately: it waits in that
 		// collection's queue, so that one probe goes at a time and the
-		// rest do not all leave at the hold's end at once.
+		// rest do not all leave at the hold's end at once. The scope is
+		// dropped once it holds no one (dropIdle).
 		sc = q.scopeFor(s, t.scope(), time.Time{})
 	}
 	s.seq++
@@ -715,6 +754,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			now = q.clock.Now()
 			h = q.match(s, t, now)
 			e := later(w.notBefore, h.until)
+			named = named || h.until.After(now)
 			probe := h.probe != nil && q.mayProbe(h.probe, now)
 			if h.probe != nil && !probe {
 				e = later(e, h.inferred)
@@ -732,9 +772,17 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				pace = sc.budget.next(now, sc.inflight)
 			}
 			at := later(w.eligible, pace)
+			if !deadline.IsZero() && at.After(deadline) && named && !w.eligible.After(deadline) {
+				// The pace would start past the deadline, but the time the
+				// server named fits: the request waits that and no more,
+				// rather than being refused and then sent at once into
+				// the throttle the server named.
+				at = w.eligible
+			}
 			if !deadline.IsZero() && at.After(deadline) {
 				heap.Remove(&sc.waiters, w.index)
 				sc.kick()
+				q.dropIdle(s, sc, now)
 				s.mu.Unlock()
 				return Pass{}, ErrHoldTooLong
 			}
@@ -750,6 +798,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 					pass.probe = h.probe
 				}
 				sc.kick()
+				q.dropIdle(s, sc, now)
 				s.mu.Unlock()
 				return pass, nil
 			}
@@ -763,6 +812,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			now = q.clock.Now()
 			if !deadline.IsZero() && (w.eligible.After(deadline) || !now.Before(deadline)) {
 				heap.Remove(&sc.waiters, w.index)
+				q.dropIdle(s, sc, now)
 				s.mu.Unlock()
 				return Pass{}, ErrHoldTooLong
 			}
@@ -781,9 +831,19 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			if top {
 				sc.kick()
 			}
+			q.dropIdle(s, sc, q.clock.Now())
 			s.mu.Unlock()
 			return Pass{}, err
 		}
+	}
+}
+
+// dropIdle forgets sc when it was made only to hold requests and holds
+// none now: never throttled and following no budget, it knows nothing
+// worth keeping, and kept it would cost every later answer of the host.
+func (q *Queue) dropIdle(s *hostState, sc *scope, now time.Time) {
+	if sc.since.IsZero() && len(sc.waiters) == 0 && !sc.budget.live(now, q.recovery) && s.scopes[sc.key] == sc {
+		delete(s.scopes, sc.key)
 	}
 }
 

@@ -15,13 +15,31 @@ type target struct {
 	segs []string
 }
 
-// hostKey returns the host the request names: its Host header when set,
-// so that virtual hosts on one address keep apart, else its URL's host.
+// hostKey returns the authority the request names: its Host header when
+// set, so that virtual hosts on one address keep apart, else its URL's
+// host. It is normalised as RFC 9110 §4.2.3 compares authorities: host
+// names are case-insensitive and the scheme's default port (or an empty
+// one) is the same as none, so TENANT-A.example and tenant-a.example:80
+// are one host over http. A key already in normal form is returned as is.
 func hostKey(req *http.Request) string {
-	if req.Host != "" {
-		return req.Host
+	h := req.Host
+	if h == "" {
+		h = req.URL.Host
 	}
-	return req.URL.Host
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
+		switch port := h[i+1:]; {
+		case port == "",
+			port == "80" && strings.EqualFold(req.URL.Scheme, "http"),
+			port == "443" && strings.EqualFold(req.URL.Scheme, "https"):
+			h = h[:i]
+		}
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(h)
+		}
+	}
+	return h
 }
 
 func (q *Queue) newTarget(req *http.Request) *target {
