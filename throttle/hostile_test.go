@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/ratelimit"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -187,4 +188,45 @@ func BenchmarkAnswerAfterThrottle(b *testing.B) {
 	}
 }
 
-var _ = strings.Repeat
+// TestQueue_RateLimitParsedOutsideLock checks that an answer's rate-limit
+// fields are parsed before its host's lock is taken, so that a server's
+// field, however long, does not hold up the host's other requests; and
+// that a field past the bounds announces nothing.
+func TestQueue_RateLimitParsedOutsideLock(t *testing.T) {
+	clk := clocktest.New(t0)
+	q := New(clk, options.QueueOptions{})
+	url := graph + "/v1.0/users/1/messages"
+	throttle429(t, q, clk, get(t, url, ""), time.Second, 10*time.Millisecond)
+	v, ok := q.hosts.Load(hostKey(get(t, url, "")))
+	require.True(t, ok)
+	s := v.(*hostState)
+
+	parsed, lockedWhileParsing := 0, false
+	orig := parseBudget
+	t.Cleanup(func() { parseBudget = orig })
+	parseBudget = func(h http.Header, now time.Time) (ratelimit.Budget, bool) {
+		parsed++
+		if s.mu.TryLock() {
+			s.mu.Unlock()
+		} else {
+			lockedWhileParsing = true
+		}
+		return orig(h, now)
+	}
+	base := q.tracked()
+	policies := strings.Repeat(`"p";r=1000;t=60, `, 2000) + `"p";r=0;t=60`
+	for i, header := range []http.Header{
+		{"Ratelimit": {`"p";r=0;t=60`}},
+		{"Ratelimit": {policies}},
+	} {
+		req := get(t, fmt.Sprintf("%s/v1.0/sites/s%d/lists/l", graph, i), "")
+		p, err := q.Admit(context.Background(), req, time.Time{}, time.Time{}, nil)
+		require.NoError(t, err)
+		q.Report(req, p, Succeeded, 0, header, clk.Now)
+	}
+	assert.Equal(t, 2, parsed)
+	assert.False(t, lockedWhileParsing, "parsed under the host's lock")
+	// The first field spent its collection's budget; the second, past the
+	// bounds, said nothing.
+	assert.Equal(t, base+1, q.tracked(), "scopes following a budget")
+}

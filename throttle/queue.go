@@ -589,14 +589,27 @@ func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadlin
 // much of its scope's budget is left. back returns when the answer came;
 // it is called only when needed.
 func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration, header http.Header, back func() time.Time) {
-	announces := ratelimit.Announced(header)
+	// Rate-limit fields are parsed before the host's lock is taken: what a
+	// server sends costs the request it came with, not the host's others.
+	var (
+		now       time.Time
+		budget    ratelimit.Budget
+		announces bool
+	)
+	if ratelimit.Announced(header) {
+		now = back()
+		budget, announces = parseBudget(header, now)
+	}
 	s := p.host
 	if s == nil {
-		s = q.state(hostKey(req), o == Throttled || o == Succeeded || announces)
+		s = q.state(hostKey(req), o == Throttled || o == Succeeded || announces && budget.NearlySpent())
 		if s == nil {
 			return
 		}
 	}
+	// A budget with room, on a host that follows none, says nothing to act
+	// on (announce would drop it): it costs no lock.
+	announces = announces && (budget.NearlySpent() || s.active.Load())
 	if o != Throttled && p.probe == nil && p.scope == nil && !announces {
 		if o == Succeeded {
 			s.seen.Store(p.Sent.Unix())
@@ -604,7 +617,9 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		}
 		return
 	}
-	now := back()
+	if now.IsZero() {
+		now = back()
+	}
 	s.seen.Store(now.Unix())
 	t := q.newTarget(req)
 	s.mu.Lock()
@@ -621,9 +636,7 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		p.scope.inflight--
 	}
 	if announces {
-		if b, ok := ratelimit.Parse(header, now); ok {
-			q.announce(s, t, b, p.Sent, now)
-		}
+		q.announce(s, t, budget, p.Sent, now)
 	}
 	switch {
 	case o == Throttled:
@@ -667,6 +680,10 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		q.succeeded(s, req, p.Sent, back)
 	}
 }
+
+// parseBudget reads the budget an answer's header announces; a variable
+// so that tests can see when it runs.
+var parseBudget = ratelimit.Parse
 
 // announce takes budget b, announced at now in the answer to t sent at
 // sent. A scope starts following a budget once the server says it is

@@ -87,6 +87,19 @@ func (b Budget) tighter(c Budget) bool {
 	return b.Name < c.Name // only so that the choice does not depend on map order
 }
 
+// Bounds on what one field may hold before it is ignored whole. Servers
+// announce one policy, or a handful (Graph, SharePoint and ARM send one to
+// three, each under a hundred bytes), and a field is parsed for every
+// answer it comes in: a field past these bounds announces nothing a client
+// could follow, and parsing it would let a server make every request pay
+// for its size.
+const (
+	// maxFieldBytes bounds a field's length, all its lines together.
+	maxFieldBytes = 4 << 10
+	// maxPolicies bounds the policies (list members) a field names.
+	maxPolicies = 32
+)
+
 // Parse returns the tightest budget the response headers h announce, with
 // reset times counted from now (when the response arrived), and false when
 // they announce none that parses.
@@ -129,7 +142,12 @@ func ParseAll(h http.Header, now time.Time) []Budget {
 // the limit, and a w parameter on a policy of that value is its window.
 func draft03(h http.Header, now time.Time) (Budget, bool) {
 	var b Budget
-	for i, policy := range strings.Split(h.Get("RateLimit-Limit"), ",") {
+	limit, _ := field(h["Ratelimit-Limit"])
+	policies := strings.Split(limit, ",")
+	if len(policies) > maxPolicies {
+		policies = nil
+	}
+	for i, policy := range policies {
 		quota, params, _ := strings.Cut(policy, ";")
 		v, ok := number(quota)
 		if i == 0 && ok && v > 0 {
@@ -161,12 +179,18 @@ func draft03(h http.Header, now time.Time) (Budget, bool) {
 // what is left and is left out.
 func structured(h http.Header, now time.Time) []Budget {
 	policies := map[string]member{}
-	if ms, err := parseList(strings.Join(h.Values("RateLimit-Policy"), ", ")); err == nil {
-		for _, m := range ms {
-			policies[m.name] = m
+	if f, ok := field(h["Ratelimit-Policy"]); ok {
+		if ms, err := parseList(f); err == nil {
+			for _, m := range ms {
+				policies[m.name] = m
+			}
 		}
 	}
-	states, err := parseList(strings.Join(h.Values("RateLimit"), ", "))
+	f, ok := field(h["Ratelimit"])
+	if !ok {
+		return nil
+	}
+	states, err := parseList(f)
 	if err != nil {
 		return nil
 	}
@@ -222,7 +246,12 @@ func arm(h http.Header) []Budget {
 		}
 		counter := strings.ToLower(canonical[len(armPrefix):])
 		if counter == "resource" {
-			for _, pair := range strings.Split(strings.Join(values, ","), ",") {
+			f, ok := field(values)
+			pairs := strings.Split(f, ",")
+			if !ok || len(pairs) > maxPolicies {
+				continue
+			}
+			for _, pair := range pairs {
 				policy, count, ok := strings.Cut(pair, ";")
 				if v, valid := number(count); ok && valid {
 					out = append(out, Budget{Name: strings.TrimSpace(policy), Remaining: v, HasRemaining: true})
@@ -235,6 +264,18 @@ func arm(h http.Header) []Budget {
 		}
 	}
 	return out
+}
+
+// field returns the lines of a field joined as one, and false, with
+// nothing, when together they are longer than maxFieldBytes.
+func field(lines []string) (string, bool) {
+	n := 0
+	for _, l := range lines {
+		if n += len(l) + 2; n > maxFieldBytes+2 {
+			return "", false
+		}
+	}
+	return strings.Join(lines, ", "), true
 }
 
 // maxNumber bounds the figures read: far above any real quota, and small

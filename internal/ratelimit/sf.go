@@ -30,12 +30,19 @@ type value struct {
 
 var errSyntax = errors.New("not a structured field list")
 
+// errTooMany is returned for a list of more than maxPolicies members.
+var errTooMany = errors.New("structured field list past the bound on members")
+
 // parseList parses s as an RFC 9651 List. Members that are not a String or
-// Token item are left out.
+// Token item are left out. A list of more than maxPolicies members is
+// refused whole.
 func parseList(s string) ([]member, error) {
 	p := sfParser{s: strings.Trim(s, " ")}
 	var out []member
-	for p.i < len(p.s) {
+	for n := 0; p.i < len(p.s); n++ {
+		if n == maxPolicies {
+			return nil, errTooMany
+		}
 		m, ok, err := p.listMember()
 		if err != nil {
 			return nil, err
