@@ -135,6 +135,19 @@ func TestQueue_UnthrottledScopesNotKept(t *testing.T) {
 		q.Report(req, p, Succeeded, 0, nil, clk.Now)
 	}
 	assert.LessOrEqual(t, q.tracked(), max(base, 1), "scopes kept after 2000 collections that were never throttled")
+
+	// A request held only by inference waits in its own collection's
+	// queue; once it goes, as the probe, that queue is not kept.
+	for _, u := range []string{"a", "b", "c", "d"} {
+		throttle429(t, q, clk, get(t, graph+"/v1.0/users/"+u+"/messages/1", ""), time.Minute, 0)
+	}
+	base = q.tracked()
+	probe := get(t, graph+"/v1.0/users/x/events/1", "")
+	p, err := q.Admit(context.Background(), probe, time.Time{}, time.Time{}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, base, q.tracked(), "scopes kept after a probe went")
+	q.Report(probe, p, Succeeded, 0, nil, clk.Now)
+	assert.Equal(t, base, q.tracked())
 }
 
 // TestQueue_NamedHoldNotCutShortByPacer checks that when the pacer would

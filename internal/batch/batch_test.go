@@ -195,3 +195,70 @@ func TestEncodings(t *testing.T) {
 	_, err = Decode(bomb.Bytes(), "gzip")
 	require.ErrorIs(t, err, ErrNotBatch, "decoding stops at the bound")
 }
+
+// TestAbsorbCountsOnlyTheRound checks that an answer counts only for an
+// item of the round it answers, that a response answering one id twice
+// counts the answer not worth resending over one that is (else the
+// first), and that an id the request does not hold is kept once, from the
+// first round.
+func TestAbsorbCountsOnlyTheRound(t *testing.T) {
+	const request = `{"requests":[{"id":"1","method":"POST","url":"/me/sendMail"},{"id":"2","method":"GET","url":"/me"}]}`
+	for _, tt := range []struct {
+		name    string
+		rounds  []string
+		pending []string
+		merged  string
+	}{
+		{
+			name: "a final answer is not reopened by a later round",
+			rounds: []string{
+				`{"responses":[{"id":"1","status":202},{"id":"2","status":429}]}`,
+				`{"responses":[{"id":"1","status":429},{"id":"2","status":429}]}`,
+			},
+			pending: []string{"2"},
+			merged:  `{"responses":[{"id":"1","status":202},{"id":"2","status":429}]}`,
+		},
+		{
+			name:    "a throttle and a final answer for one id: the final one",
+			rounds:  []string{`{"responses":[{"id":"1","status":429},{"id":"1","status":202},{"id":"2","status":200}]}`},
+			pending: []string{},
+			merged:  `{"responses":[{"id":"1","status":202},{"id":"2","status":200}]}`,
+		},
+		{
+			name:    "two throttles for one id: the first",
+			rounds:  []string{`{"responses":[{"id":"2","status":503},{"id":"2","status":429},{"id":"1","status":202}]}`},
+			pending: []string{"2"},
+			merged:  `{"responses":[{"id":"1","status":202},{"id":"2","status":503}]}`,
+		},
+		{
+			name:    "a POST's 504 is final, and two final answers: the first",
+			rounds:  []string{`{"responses":[{"id":"1","status":504},{"id":"1","status":202},{"id":"2","status":200}]}`},
+			pending: []string{},
+			merged:  `{"responses":[{"id":"1","status":504},{"id":"2","status":200}]}`,
+		},
+		{
+			name: "strays: kept once, from the first round",
+			rounds: []string{
+				`{"responses":[{"id":"9","status":400},{"id":"9","status":200},{"id":"1","status":202},{"id":"2","status":429}]}`,
+				`{"responses":[{"id":"2","status":200},{"id":"8","status":400}]}`,
+			},
+			pending: []string{},
+			merged:  `{"responses":[{"id":"1","status":202},{"id":"2","status":200},{"id":"9","status":400}]}`,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := NewCompleter([]byte(request))
+			require.NoError(t, err)
+			for _, r := range tt.rounds {
+				_, err := c.Absorb([]byte(r))
+				require.NoError(t, err)
+			}
+			pending := []string{}
+			for _, it := range c.Pending() {
+				pending = append(pending, it.ID)
+			}
+			assert.Equal(t, tt.pending, pending)
+			assert.JSONEq(t, tt.merged, string(c.Merged()))
+		})
+	}
+}
