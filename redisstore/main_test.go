@@ -1,0 +1,38 @@
+package redisstore
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+// run starts the package's shared server, runs the tests, stops the server
+// and then looks for goroutines left behind.
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "redisstore-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	shared, err = startServer(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := m.Run()
+	shared.kill()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
+}
