@@ -28,8 +28,9 @@ const noticeBuffer = 256
 // active. It is read on every request without a lock: writers copy the map,
 // which changes only on a host's first throttle or a notice.
 type activeSet struct {
-	mu sync.Mutex // serialises writers
-	m  atomic.Pointer[map[string]time.Time]
+	max int        // hosts kept; 0 means maxHosts
+	mu  sync.Mutex // serialises writers
+	m   atomic.Pointer[map[string]time.Time]
 }
 
 // until reports until when host is active, and whether it is at all.
@@ -65,7 +66,11 @@ func (a *activeSet) extend(host string, until, now time.Time, slack time.Duratio
 	if until.After(next[host]) {
 		next[host] = until
 	}
-	for len(next) > maxHosts {
+	limit := a.max
+	if limit == 0 {
+		limit = maxHosts
+	}
+	for len(next) > limit {
 		delete(next, soonest(next))
 	}
 	a.m.Store(&next)
