@@ -151,10 +151,20 @@ func (s *Store) notice(payload string) {
 	s.active.extend(host, now.Add(time.Duration(n)*time.Millisecond), now, s.cfg.activeFor/2)
 }
 
-// resync reads the hosts active in the fleet into the local set.
+// resync loads the scripts into Redis, so that callers do not each find
+// them missing after a restart, and reads the hosts active in the fleet
+// into the local set; one round trip.
 func (s *Store) resync() {
 	r, err := call(context.Background(), s, "hosts", func(ctx context.Context) ([]interface{}, error) {
-		return hostsScript.Run(ctx, s.rdb, []string{s.keys.hosts}).Slice()
+		pipe := s.rdb.Pipeline()
+		for _, sc := range scripts {
+			sc.Load(ctx, pipe)
+		}
+		hosts := hostsScript.EvalSha(ctx, pipe, []string{s.keys.hosts})
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, err
+		}
+		return hosts.Slice()
 	})
 	if err != nil {
 		return // counted as a fallback; the next notice or reconnect tries again

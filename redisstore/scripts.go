@@ -12,6 +12,9 @@ import "github.com/redis/go-redis/v9"
 // only the short durations are concatenated into strings, where Lua's
 // %.14g is exact.
 
+// scripts are loaded into Redis whenever the notice listener (re)subscribes.
+var scripts = []*redis.Script{markScript, hostsScript, stateScript, announceScript, reserveScript, acquireScript, renewScript}
+
 // nowMS is the preamble of the millisecond scripts.
 const nowMS = `
 local t = redis.call('TIME')
