@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -117,6 +119,23 @@ func newServer(t testing.TB) *server {
 	return s
 }
 
+// runs tells apart the runs of one test (-count) on the shared server;
+// prefixes holds each running test's prefix.
+var (
+	runs     atomic.Int64
+	prefixes sync.Map // testing.TB -> string
+)
+
+// testPrefix is a prefix of t's own: tests that share one server share no
+// keys, and the stores of one test share them, as a fleet does.
+func testPrefix(t testing.TB) string {
+	p, loaded := prefixes.LoadOrStore(t, fmt.Sprintf("%s-%d", t.Name(), runs.Add(1)))
+	if !loaded {
+		t.Cleanup(func() { prefixes.Delete(t) })
+	}
+	return p.(string)
+}
+
 // shared is the server of the tests that do not break it, one per package.
 var shared *server
 
@@ -142,7 +161,7 @@ func newStore(t testing.TB, srv *server, opts ...Option) *Store {
 
 func newStoreOn(t testing.TB, rdb redis.UniversalClient, opts ...Option) *Store {
 	t.Helper()
-	s, err := New(rdb, append([]Option{WithPrefix(t.Name()), WithTimeout(testTimeout)}, opts...)...)
+	s, err := New(rdb, append([]Option{WithPrefix(testPrefix(t)), WithTimeout(testTimeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

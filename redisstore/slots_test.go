@@ -83,7 +83,7 @@ func TestSlotsAreRenewedWhileHeld(t *testing.T) {
 
 func TestCloseReleasesSlots(t *testing.T) {
 	ctx := context.Background()
-	s, err := New(newClient(t, shared), WithPrefix(t.Name()))
+	s, err := New(newClient(t, shared), WithPrefix(testPrefix(t)))
 	require.NoError(t, err)
 	sl, _, err := s.Acquire(ctx, "h", "mailbox", 1)
 	require.NoError(t, err)
