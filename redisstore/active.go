@@ -93,8 +93,13 @@ func soonest(m map[string]time.Time) string {
 // throttled costs nothing. Other processes' first throttles reach it
 // through the notice channel within a round trip's time.
 func (s *Store) Active(host string) bool {
-	_, ok := s.active.until(host, s.cfg.now())
-	return ok
+	m := s.active.m.Load()
+	if m == nil {
+		return false
+	}
+	t, ok := (*m)[host]
+	// The clock is read only for a host some process throttled.
+	return ok && s.cfg.now().Before(t)
 }
 
 // MarkActive records that host answered a throttle that named no hold (a
