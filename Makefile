@@ -1,14 +1,23 @@
 # The two commands a new user needs: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: test demo example bench fuzz vet floor
+.PHONY: test demo example bench fuzz vet floor redis-server
 
 # The Graph example is a module of its own, so that msgraph-sdk-go never
 # enters the library's dependencies; its tests run without -race, which
 # would compile msgraph-sdk-go a second time, and take minutes on 2 cores.
-test: vet floor
+test: vet floor redis-server
 	$(GO) test -race -count=1 ./...
 	cd examples/graph && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd redisstore && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+
+# The Redis store is a module of its own, so that go-redis never enters the
+# library's dependencies; its tests start a real redis-server (Debian's
+# package, installed here when missing) on a free loopback port.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y redis-server; }
 
 # msgraph-sdk-go's GraphServiceClient on graph.NewClient against a throttling server.
 example:

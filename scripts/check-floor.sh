@@ -1,7 +1,8 @@
 #!/bin/sh
 # Checks that a consumer declaring the oldest supported Go release (FLOOR,
-# default 1.25) keeps its go directive when it depends on this module: a
-# newer directive here or among the requirements would bump it on `go get`.
+# default 1.25) keeps its go directive when it depends on this module and on
+# redisstore: a newer directive here or among the requirements would bump it
+# on `go get`.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 floor=${FLOOR:-1.25}
@@ -13,6 +14,8 @@ module example.com/consumer
 go $floor
 
 replace github.com/kiota-resilience/kiota-resilience-go => $root
+
+replace github.com/kiota-resilience/kiota-resilience-go/redisstore => $root/redisstore
 MOD
 cat >"$dir/main.go" <<'SRC'
 package main
@@ -20,13 +23,16 @@ package main
 import (
 	_ "github.com/kiota-resilience/kiota-resilience-go/graph"
 	_ "github.com/kiota-resilience/kiota-resilience-go/pipeline"
+	_ "github.com/kiota-resilience/kiota-resilience-go/redisstore"
 )
 
 func main() {}
 SRC
 cd "$dir"
-GOTOOLCHAIN=local GOFLAGS=-mod=mod go get github.com/kiota-resilience/kiota-resilience-go@v0.0.0-00010101000000-000000000000 >/dev/null 2>&1 ||
-	GOTOOLCHAIN=local GOFLAGS=-mod=mod go get github.com/kiota-resilience/kiota-resilience-go@v0.0.0-00010101000000-000000000000
+mods="github.com/kiota-resilience/kiota-resilience-go@v0.0.0-00010101000000-000000000000
+	github.com/kiota-resilience/kiota-resilience-go/redisstore@v0.0.0-00010101000000-000000000000"
+GOTOOLCHAIN=local GOFLAGS=-mod=mod go get $mods >/dev/null 2>&1 ||
+	GOTOOLCHAIN=local GOFLAGS=-mod=mod go get $mods
 GOTOOLCHAIN=local go mod tidy
 got=$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)
 if [ "$got" != "$floor" ]; then
