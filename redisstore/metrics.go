@@ -29,8 +29,8 @@ const (
 	// in requests per second.
 	MetricPace = "com.microsoft.kiota.handler.retry.store.pace"
 
-	// AttrOperation names the store operation: mark, state, hosts, reserve,
-	// pace, announce, acquire, renew, release.
+	// AttrOperation names the store operation: mark, hold, state, hosts,
+	// pace, announce, reserve, acquire, renew, release.
 	AttrOperation = "com.microsoft.kiota.handler.retry.store.operation"
 	// AttrOutcome is ok or error on MetricRoundTrips and MetricDuration.
 	AttrOutcome = "com.microsoft.kiota.handler.retry.store.outcome"
