@@ -36,7 +36,8 @@ const (
 	AttrOutcome = "com.microsoft.kiota.handler.retry.store.outcome"
 	// AttrReason is why a call fell back: timeout (past WithTimeout), error
 	// (Redis or the network failed), skipped (a recent failure, the store
-	// waits for the probe interval), canceled (the caller's context ended).
+	// waits for the probe interval), canceled (the caller's context ended),
+	// closed (the store was closed).
 	AttrReason = "com.microsoft.kiota.handler.retry.store.reason"
 	// AttrBudget names the budget of MetricPace; server.address names its host.
 	AttrBudget = "com.microsoft.kiota.handler.retry.store.budget"
@@ -48,6 +49,7 @@ const (
 	reasonError    = "error"
 	reasonSkipped  = "skipped"
 	reasonCanceled = "canceled"
+	reasonClosed   = "closed"
 )
 
 // latencyBuckets suit a store call: tens of microseconds on loopback to the

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -69,4 +71,15 @@ func TestDirectWhenTheClientHonoursContexts(t *testing.T) {
 			assert.Equal(t, tc.want, honoursContext(tc.rdb))
 		})
 	}
+}
+
+// A call after Close fails open without starting anything Close would have
+// to wait for, and without calling Redis unavailable.
+func TestCallAfterClose(t *testing.T) {
+	log := &logBuffer{}
+	s, err := New(newClient(t, shared), WithPrefix(testPrefix(t)), WithLogger(slog.New(slog.NewTextHandler(log, nil))))
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.ErrorIs(t, s.MarkActive(context.Background(), "h"), ErrUnavailable)
+	assert.Zero(t, log.count("level=WARN"))
 }

@@ -14,7 +14,7 @@ import (
 // not answer in time or failed: the caller goes on with its local state. The
 // cause (a timeout, a refused connection, a Redis error) is wrapped beside
 // it. Errors that do not wrap it report a bad argument.
-var ErrUnavailable = errors.New("redisstore: redis unavailable, use local state")
+var ErrUnavailable = errors.New("redis unavailable, use local state")
 
 // Store shares one throttle state among the processes of a fleet through
 // Redis: the holds servers named, each budget's pace and fleet-wide release
@@ -39,8 +39,11 @@ type Store struct {
 
 	sub       *redis.PubSub
 	listening chan struct{} // closed when the notice listener ends
-	calls     sync.WaitGroup
 	closeOnce sync.Once
+
+	mu     sync.Mutex // guards closed against calls.Add
+	closed bool
+	calls  sync.WaitGroup // detached calls still running
 }
 
 // New returns a store on rdb, which it does not own: Close leaves rdb open.
@@ -101,6 +104,9 @@ func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.releaseAll()
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
 		err = s.sub.Close()
 		<-s.listening
 		s.calls.Wait()
@@ -126,11 +132,11 @@ func call[T any](ctx context.Context, s *Store, op string, f func(context.Contex
 	var zero T
 	if err := ctx.Err(); err != nil {
 		s.in.fallback(op, reasonCanceled)
-		return zero, fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+		return zero, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if !s.health.admit(time.Now()) {
 		s.in.fallback(op, reasonSkipped)
-		return zero, fmt.Errorf("%w: %s: redis failed less than %v ago", ErrUnavailable, op, s.cfg.probeInterval)
+		return zero, fmt.Errorf("%w: not tried, it failed less than %v ago", ErrUnavailable, s.cfg.probeInterval)
 	}
 	tctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
 	defer cancel()
@@ -151,7 +157,10 @@ func call[T any](ctx context.Context, s *Store, op string, f func(context.Contex
 		// The caller gave up; that says nothing of Redis.
 		s.health.abandoned()
 		s.in.fallback(op, reasonCanceled)
-		return zero, fmt.Errorf("%w: %s: %w", ErrUnavailable, op, ctx.Err())
+		return zero, fmt.Errorf("%w: %w", ErrUnavailable, ctx.Err())
+	case errors.Is(r.err, errClosed):
+		s.in.fallback(op, reasonClosed)
+		return zero, fmt.Errorf("%w: %w", ErrUnavailable, r.err)
 	}
 	reason := reasonError
 	if errors.Is(r.err, context.DeadlineExceeded) || isTimeout(r.err) {
@@ -160,15 +169,21 @@ func call[T any](ctx context.Context, s *Store, op string, f func(context.Contex
 	s.in.roundTrip(op, elapsed, r.err)
 	s.in.fallback(op, reason)
 	s.health.failed(time.Now(), s.cfg.probeInterval, r.err)
-	return zero, fmt.Errorf("%w: %s: %w", ErrUnavailable, op, r.err)
+	return zero, fmt.Errorf("%w: %w", ErrUnavailable, r.err)
 }
 
 // detached runs f in a goroutine of its own and waits for it until ctx
 // ends. A client that ignores contexts returns at its own ReadTimeout; the
 // goroutine then ends alone, and Close waits for it.
 func detached[T any](ctx context.Context, s *Store, f func(context.Context) (T, error)) result[T] {
-	done := make(chan result[T], 1)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return result[T]{err: errClosed}
+	}
 	s.calls.Add(1)
+	s.mu.Unlock()
+	done := make(chan result[T], 1)
 	go func() {
 		defer s.calls.Done()
 		v, err := f(ctx)
@@ -181,6 +196,10 @@ func detached[T any](ctx context.Context, s *Store, f func(context.Context) (T, 
 		return result[T]{err: ctx.Err()}
 	}
 }
+
+// errClosed answers the calls made after Close on a client that needs a
+// goroutine per call: Close has waited for those it knew of.
+var errClosed = errors.New("store closed")
 
 func isTimeout(err error) bool {
 	var t interface{ Timeout() bool }
