@@ -15,6 +15,9 @@ func TestMain(m *testing.M) {
 // run starts the package's shared server, runs the tests, stops the server
 // and then looks for goroutines left behind.
 func run(m *testing.M) int {
+	if spec := os.Getenv(fleetChildEnv); spec != "" {
+		return fleetChild(spec)
+	}
 	dir, err := os.MkdirTemp("", "redisstore-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
