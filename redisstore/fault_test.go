@@ -195,9 +195,13 @@ func TestCallerContextBoundsCall(t *testing.T) {
 func TestRestartedEmptyRebuilds(t *testing.T) {
 	srv := newServer(t)
 	ctx := context.Background()
-	a := newObserved(t, newClient(t, srv))
+	const lease = 90 * time.Millisecond
+	a := newObserved(t, newClient(t, srv), WithSlotLease(lease))
 	b := newObserved(t, newClient(t, srv))
 	waitSubscribed(t, b.Store)
+	slot, _, err := a.Acquire(ctx, "graph.microsoft.com", "users/a@contoso.com", mailboxLimit)
+	require.NoError(t, err)
+	require.NotNil(t, slot)
 	require.NoError(t, a.SetHold(ctx, "graph.microsoft.com", "users", time.Now().Add(time.Minute)))
 	require.NoError(t, a.SetPace(ctx, "graph.microsoft.com", "users", Pace{Rate: 400, Burst: 40}))
 	require.Eventually(t, func() bool { return b.Active("graph.microsoft.com") }, noticeWithin, time.Millisecond)
@@ -211,6 +215,11 @@ func TestRestartedEmptyRebuilds(t *testing.T) {
 	st, err := a.State(ctx, "graph.microsoft.com")
 	require.NoError(t, err)
 	assert.Empty(t, st.Holds, "the restarted Redis is empty")
+	require.Eventually(t, func() bool {
+		a.slots.mu.Lock()
+		defer a.slots.mu.Unlock()
+		return len(a.slots.held) == 0
+	}, 10*time.Second, faultProbe, "a slot the empty Redis lost is no longer renewed")
 	assert.True(t, a.Active("graph.microsoft.com"), "each process keeps its local state")
 	assert.True(t, b.Active("graph.microsoft.com"))
 
