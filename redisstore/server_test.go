@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,13 +34,18 @@ const readyWithin = 10 * time.Second
 // server is a redis-server the tests run on a loopback port, in a
 // directory of its own, saving nothing, so that a restart starts empty.
 type server struct {
-	port int
-	dir  string
-	cmd  *exec.Cmd
+	port    int
+	dir     string
+	cmd     *exec.Cmd
+	cluster bool // a one-node Redis Cluster holding every slot
 }
 
 // startServer starts a server on a free loopback port.
 func startServer(dir string) (*server, error) {
+	return startServerMode(dir, false)
+}
+
+func startServerMode(dir string, cluster bool) (*server, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("find a free port: %w", err)
@@ -48,7 +54,7 @@ func startServer(dir string) (*server, error) {
 	if err := l.Close(); err != nil {
 		return nil, fmt.Errorf("free port %d: %w", port, err)
 	}
-	s := &server{port: port, dir: dir}
+	s := &server{port: port, dir: dir, cluster: cluster}
 	return s, s.start()
 }
 
@@ -59,8 +65,12 @@ func (s *server) start() error {
 	if err != nil {
 		return fmt.Errorf("%s not found (make test installs redis-server): %w", serverBinary(), err)
 	}
-	cmd := exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--loglevel", "warning")
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--loglevel", "warning"}
+	if s.cluster {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-config-file", "nodes-"+strconv.Itoa(s.port)+".conf")
+	}
+	cmd := exec.Command(bin, args...)
 	// The server dies with the test binary, even when it crashes.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -75,13 +85,36 @@ func (s *server) start() error {
 		err := rdb.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return nil
+			return s.ready(rdb)
 		}
 		if time.Now().After(deadline) {
 			s.kill()
 			return fmt.Errorf("%s on port %d not ready within %v: %w", bin, s.port, readyWithin, err)
 		}
 		time.Sleep(10 * time.Millisecond) // polling a starting process: no event to wait on
+	}
+}
+
+// ready gives a cluster node every slot and waits for the cluster to
+// report itself ok.
+func (s *server) ready(rdb *redis.Client) error {
+	if !s.cluster {
+		return nil
+	}
+	ctx := context.Background()
+	if err := rdb.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		return fmt.Errorf("cluster node on port %d: add slots: %w", s.port, err)
+	}
+	deadline := time.Now().Add(readyWithin)
+	for {
+		info, err := rdb.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster node on port %d not ok within %v: %v %q", s.port, readyWithin, err, info)
+		}
+		time.Sleep(10 * time.Millisecond) // the node settles its state on its own
 	}
 }
 
