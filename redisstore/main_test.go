@@ -1,10 +1,12 @@
 package redisstore
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
@@ -15,6 +17,8 @@ func TestMain(m *testing.M) {
 // run starts the package's shared server, runs the tests, stops the server
 // and then looks for goroutines left behind.
 func run(m *testing.M) int {
+	// go-redis logs each connection the fault tests break.
+	redis.SetLogger(quiet{})
 	if spec := os.Getenv(fleetChildEnv); spec != "" {
 		return fleetChild(spec)
 	}
@@ -42,3 +46,8 @@ func run(m *testing.M) int {
 	}
 	return code
 }
+
+// quiet discards go-redis's log.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...interface{}) {}
