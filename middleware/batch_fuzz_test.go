@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/durations"
 	"github.com/kiota-resilience/kiota-resilience-go/middleware"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
@@ -58,7 +59,7 @@ func FuzzBatchItemHeaders(f *testing.F) {
 		require.NoError(t, err)
 		first := `{"responses":[{"id":"1","status":200},{"id":"2","status":` + itoa(status) + `,"headers":` + string(itemHeaders) + `}]}`
 
-		clock := &jumpClock{now: fuzzNow}
+		clock := clocktest.NewJumping(fuzzNow)
 		h, err := middleware.NewRetryHandler(options.RetryHandlerOptions{Clock: clock})
 		require.NoError(t, err)
 		p := &batchPipeline{clock: clock, answers: []string{first, `{"responses":[{"id":"2","status":200}]}`}}
@@ -110,7 +111,7 @@ func itoa(n int) string {
 // batchPipeline answers each batch attempt with the next of answers, as
 // 200 batch JSON, recording when each attempt was sent.
 type batchPipeline struct {
-	clock   *jumpClock
+	clock   *clocktest.Jumping
 	answers []string
 	sent    []time.Time
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -91,10 +92,10 @@ func TestBatchCompletesFixtures(t *testing.T) {
 		fixture string
 		waits   []time.Duration // the longest Retry-After of the resent items, or the policy's 1 s
 	}{
-		{"partial", secs(10)},
-		{"depends", secs(3, 2)},
-		{"gateway", secs(1)},
-		{"outoforder", secs(1)},
+		{"partial", clocktest.Seconds(10)},
+		{"depends", clocktest.Seconds(3, 2)},
+		{"gateway", clocktest.Seconds(1)},
+		{"outoforder", clocktest.Seconds(1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fixture, func(t *testing.T) {
@@ -236,7 +237,7 @@ func TestBatchWholeThrottleResendsSameItems(t *testing.T) {
 	h, clk := newHandler(t, options.RetryHandlerOptions{})
 	res, waits := do(clk, newClient(t, h), kiotaBatch(t, srv.URL, []byte(twoItems)))
 	require.NoError(t, res.err)
-	assert.Equal(t, secs(4, 1), waits)
+	assert.Equal(t, clocktest.Seconds(4, 1), waits)
 	got := srv.attempts()
 	require.Len(t, got, 3)
 	assert.Equal(t, got[1].body, got[2].body)
@@ -404,15 +405,15 @@ func TestBatchItemThrottleHoldsRequests(t *testing.T) {
 		noQueue bool   // the batch opts out of the queue
 		want    []time.Duration
 	}{
-		{"Retry-After in seconds", 429, `{"Retry-After":"7"}`, item, false, secs(7)},
-		{"Retry-After as a date", 429, `{"Retry-After":"` + retryAt + `"}`, item, false, secs(9)},
-		{"Retry-After-Ms", 429, `{"Retry-After-Ms":"1500"}`, item, false, secs(1.5)},
-		{"x-ms-retry-after-ms", 429, `{"x-ms-retry-after-ms":"2500"}`, item, false, secs(2.5)},
-		{"a 429 naming none: the policy's delay", 429, `{}`, item, false, secs(2)},
-		{"a 503 naming one", 503, `{"Retry-After":"4"}`, item, false, secs(4)},
+		{"Retry-After in seconds", 429, `{"Retry-After":"7"}`, item, false, clocktest.Seconds(7)},
+		{"Retry-After as a date", 429, `{"Retry-After":"` + retryAt + `"}`, item, false, clocktest.Seconds(9)},
+		{"Retry-After-Ms", 429, `{"Retry-After-Ms":"1500"}`, item, false, clocktest.Seconds(1.5)},
+		{"x-ms-retry-after-ms", 429, `{"x-ms-retry-after-ms":"2500"}`, item, false, clocktest.Seconds(2.5)},
+		{"a 429 naming none: the policy's delay", 429, `{}`, item, false, clocktest.Seconds(2)},
+		{"a 503 naming one", 503, `{"Retry-After":"4"}`, item, false, clocktest.Seconds(4)},
 		{"a 503 naming none holds nothing", 503, `{}`, item, false, nil},
 		{"another scope is not held", 429, `{"Retry-After":"7"}`, "/me/events", false, nil},
-		{"learned from a batch that opted out of the queue", 429, `{"Retry-After":"7"}`, item, true, secs(7)},
+		{"learned from a batch that opted out of the queue", 429, `{"Retry-After":"7"}`, item, true, clocktest.Seconds(7)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,12 +4,12 @@ import (
 	"math"
 	"math/big"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/effective"
 	"github.com/kiota-resilience/kiota-resilience-go/middleware"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
@@ -70,7 +70,7 @@ func FuzzRetryDelay(f *testing.F) {
 	f.Fuzz(func(t *testing.T, maxRetries int, initial, maxDelay, maxElapsed, timeLimit int64,
 		policyKind uint8, policyRetries int, policyDelay int64, policyOK bool, random float64,
 		status int, failures uint8, step int64, retryAfter, retryAfterMs string) {
-		clock := &jumpClock{now: fuzzNow}
+		clock := clocktest.NewJumping(fuzzNow)
 		opts := options.RetryHandlerOptions{
 			MaxRetries:       maxRetries,
 			InitialDelay:     time.Duration(initial),
@@ -208,7 +208,7 @@ func sum(a, b time.Duration) *big.Int {
 // header, then 200. Each attempt takes step on the clock; it records when
 // each attempt started and ended.
 type scriptedPipeline struct {
-	clock    *jumpClock
+	clock    *clocktest.Jumping
 	status   int
 	failures int
 	header   http.Header
@@ -219,45 +219,10 @@ type scriptedPipeline struct {
 
 func (p *scriptedPipeline) Next(req *http.Request, _ int) (*http.Response, error) {
 	p.starts = append(p.starts, p.clock.Now())
-	p.clock.jump(p.step)
+	p.clock.Advance(p.step)
 	p.ends = append(p.ends, p.clock.Now())
 	if len(p.starts) > p.failures {
 		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
 	}
 	return &http.Response{StatusCode: p.status, Header: p.header.Clone(), Body: http.NoBody, Request: req}, nil
 }
-
-// jumpClock is an options.Clock whose timers fire at once and move the
-// clock to their deadline, so a fuzzed run needs no second goroutine.
-type jumpClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *jumpClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *jumpClock) jump(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func (c *jumpClock) NewTimer(d time.Duration) options.Timer {
-	c.jump(d)
-	ch := make(chan time.Time, 1)
-	ch <- c.Now()
-	return firedTimer(ch)
-}
-
-func (c *jumpClock) AfterFunc(time.Duration, func()) options.Timer {
-	panic("jumpClock: AfterFunc is not scripted")
-}
-
-type firedTimer chan time.Time
-
-func (t firedTimer) C() <-chan time.Time { return t }
-func (t firedTimer) Stop() bool          { return false }

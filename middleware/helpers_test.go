@@ -19,11 +19,13 @@ import (
 // epoch is the fake clock's start; HTTP-date tests are relative to it.
 var epoch = time.Date(2026, time.March, 1, 12, 0, 0, 0, time.UTC)
 
-// reply is one scripted server answer.
+// reply is one scripted server answer; hangup closes the connection
+// without a response, which the client sees as a transport error.
 type reply struct {
 	status int
 	header map[string]string
 	body   string
+	hangup bool
 }
 
 // received is what the server saw of one attempt.
@@ -35,11 +37,13 @@ type received struct {
 }
 
 // scripted is a loopback server that answers attempts from a script, then
-// 200 OK, and records every attempt.
+// 200 OK (or, made by newRepeating, the script's last reply again), and
+// records every attempt.
 type scripted struct {
 	*httptest.Server
 	mu      sync.Mutex
 	replies []reply
+	repeat  bool // the last reply answers every attempt past the script
 	got     []received
 }
 
@@ -51,15 +55,33 @@ func newScripted(t *testing.T, replies ...reply) *scripted {
 	return s
 }
 
+// newRepeating returns a scripted server that answers attempt i with
+// replies[i], repeating the last reply once the script runs out.
+func newRepeating(t *testing.T, replies ...reply) *scripted {
+	t.Helper()
+	s := newScripted(t, replies...)
+	s.repeat = true
+	return s
+}
+
 func (s *scripted) serve(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	s.got = append(s.got, received{method: r.Method, header: r.Header.Clone(), body: string(b), length: r.ContentLength})
 	rep := reply{status: http.StatusOK, body: "ok"}
 	if len(s.replies) > 0 {
-		rep, s.replies = s.replies[0], s.replies[1:]
+		rep = s.replies[0]
+		if len(s.replies) > 1 || !s.repeat {
+			s.replies = s.replies[1:]
+		}
 	}
 	s.mu.Unlock()
+	if rep.hangup {
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return
+	}
 	for k, v := range rep.header {
 		w.Header().Set(k, v)
 	}
@@ -71,6 +93,15 @@ func (s *scripted) attempts() []received {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]received(nil), s.got...)
+}
+
+// retryAttempts returns the Retry-Attempt header of every attempt.
+func (s *scripted) retryAttempts() []string {
+	var out []string
+	for _, a := range s.attempts() {
+		out = append(out, a.header.Get("Retry-Attempt"))
+	}
+	return out
 }
 
 // newClient returns a plain http.Client whose transport runs h in
@@ -115,13 +146,7 @@ func do(clk *clocktest.Clock, client *http.Client, req *http.Request) (result, [
 // fixedHalf is a random source that always returns 0.5.
 func fixedHalf() float64 { return 0.5 }
 
-func secs(s ...float64) []time.Duration {
-	out := make([]time.Duration, len(s))
-	for i, v := range s {
-		out[i] = time.Duration(v * float64(time.Second))
-	}
-	return out
-}
+var secs = clocktest.Seconds
 
 func throttled(retryAfter string) reply {
 	return reply{status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": retryAfter}, body: "slow down"}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -45,21 +46,21 @@ func TestRetryHandler_KiotaRequestOptions(t *testing.T) {
 			&nethttplibrary.RetryHandlerOptions{MaxRetries: 1, ShouldRetry: func(time.Duration, int, *http.Request, *http.Response) bool { return false }},
 			failures(4, throttled("10")), 1, nil, nil, nil},
 		{"MaxRetries caps retries", &nethttplibrary.RetryHandlerOptions{MaxRetries: 1, ShouldRetry: always},
-			failures(4, throttled("10")), 2, secs(10), nil, nil},
+			failures(4, throttled("10")), 2, clocktest.Seconds(10), nil, nil},
 		{"MaxRetries 0 means kiota's 3", &nethttplibrary.RetryHandlerOptions{ShouldRetry: always},
-			failures(6, throttled("10")), 4, secs(10, 10, 10), nil, nil},
+			failures(6, throttled("10")), 4, clocktest.Seconds(10, 10, 10), nil, nil},
 		{"MaxRetries above 10 is capped at 10", &nethttplibrary.RetryHandlerOptions{MaxRetries: 50, ShouldRetry: always},
-			failures(15, throttled("1")), 11, secs(1, 1, 1, 1, 1, 1, 1, 1, 1, 1), nil, nil},
+			failures(15, throttled("1")), 11, clocktest.Seconds(1, 1, 1, 1, 1, 1, 1, 1, 1, 1), nil, nil},
 		{"no retry once the delays add up to 180 s", &nethttplibrary.RetryHandlerOptions{MaxRetries: 5, ShouldRetry: always},
-			failures(6, throttled("100")), 3, secs(100, 100), nil, nil},
+			failures(6, throttled("100")), 3, clocktest.Seconds(100, 100), nil, nil},
 		{"DelaySeconds doubles without Retry-After", &nethttplibrary.RetryHandlerOptions{MaxRetries: 3, DelaySeconds: 2, ShouldRetry: always},
-			failures(4, reply{status: http.StatusServiceUnavailable}), 4, nil, secs(2, 4, 8), nil},
+			failures(4, reply{status: http.StatusServiceUnavailable}), 4, nil, clocktest.Seconds(2, 4, 8), nil},
 		{"DelaySeconds 0 means kiota's 3", &nethttplibrary.RetryHandlerOptions{MaxRetries: 1, ShouldRetry: always},
-			failures(4, reply{status: http.StatusServiceUnavailable}), 2, nil, secs(3), nil},
+			failures(4, reply{status: http.StatusServiceUnavailable}), 2, nil, clocktest.Seconds(3), nil},
 		{"ShouldRetry is given the delay so far and the retries made", &nethttplibrary.RetryHandlerOptions{MaxRetries: 2},
-			failures(4, throttled("10")), 3, secs(10, 10), nil, []kiotaCall{{0, 0}, {10 * time.Second, 1}}},
+			failures(4, throttled("10")), 3, clocktest.Seconds(10, 10), nil, []kiotaCall{{0, 0}, {10 * time.Second, 1}}},
 		{"nil ShouldRetry allows the retry", &nethttplibrary.RetryHandlerOptions{MaxRetries: 1},
-			failures(4, throttled("10")), 2, secs(10), nil, nil},
+			failures(4, throttled("10")), 2, clocktest.Seconds(10), nil, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

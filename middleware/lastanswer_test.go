@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -210,7 +211,7 @@ func TestRetryHandler_SeveralRetryAfterFields(t *testing.T) {
 	res, waits := do(clk, newClient(t, h), req)
 	require.NoError(t, res.err)
 	assert.Equal(t, http.StatusOK, res.resp.StatusCode)
-	assert.Equal(t, secs(2), waits, "the later of the two times")
+	assert.Equal(t, clocktest.Seconds(2), waits, "the later of the two times")
 }
 
 func TestRetryHandler_UnknownOutcomeResentOnlyWhenSafe(t *testing.T) {

@@ -4,68 +4,25 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/middleware"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
-// step is one scripted server answer; hangup closes the connection
-// without a response, which the client sees as a transport error.
-type step struct {
-	status     int
-	retryAfter string
-	hangup     bool
-}
+// answer is a scripted reply with status and a body.
+func answer(status int) reply { return reply{status: status, body: "body"} }
 
-func answer(status int) step { return step{status: status} }
-
-// scriptServer answers attempt i with steps[i], repeating the last step,
-// and records the Retry-Attempt header of every attempt.
-type scriptServer struct {
-	*httptest.Server
-	mu       sync.Mutex
-	attempts []string
-}
-
-func newScriptServer(t *testing.T, steps ...step) *scriptServer {
-	t.Helper()
-	s := &scriptServer{}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		i := len(s.attempts)
-		s.attempts = append(s.attempts, r.Header.Get("Retry-Attempt"))
-		s.mu.Unlock()
-		st := steps[min(i, len(steps)-1)]
-		if st.hangup {
-			conn, _, err := w.(http.Hijacker).Hijack()
-			if err == nil {
-				_ = conn.Close()
-			}
-			return
-		}
-		if st.retryAfter != "" {
-			w.Header().Set("Retry-After", st.retryAfter)
-		}
-		w.WriteHeader(st.status)
-		_, _ = w.Write([]byte("body"))
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *scriptServer) retryAttempts() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.attempts)
+// after is a scripted reply with status and a Retry-After of retryAfter.
+func after(status int, retryAfter string) reply {
+	return reply{status: status, header: map[string]string{"Retry-After": retryAfter}, body: "body"}
 }
 
 func get(t *testing.T, url string) *http.Request {
@@ -119,11 +76,11 @@ var queueModes = []struct {
 // runScript sends one GET through a handler built from opts, with the
 // queue turned off when queueOff, to a server answering steps, and returns
 // what the client got, the waits the handler started, and the server.
-func runScript(t *testing.T, opts options.RetryHandlerOptions, queueOff bool, steps []step) (result, []time.Duration, *scriptServer) {
+func runScript(t *testing.T, opts options.RetryHandlerOptions, queueOff bool, steps []reply) (result, []time.Duration, *scripted) {
 	t.Helper()
 	opts.Queue.Disabled = queueOff
 	h, clock := newHandler(t, opts)
-	srv := newScriptServer(t, steps...)
+	srv := newRepeating(t, steps...)
 	got, waits := do(clock, newClient(t, h), get(t, srv.URL))
 	return got, waits, srv
 }
@@ -133,54 +90,54 @@ func TestPoliciesDriveTheHandler(t *testing.T) {
 	tests := []struct {
 		name       string
 		opts       options.RetryHandlerOptions
-		steps      []step
+		steps      []reply
 		delays     []time.Duration
 		wantStatus int  // 0 when an error is expected
 		wantErr    bool // a transport error reaches the caller
 	}{
 		{name: "NoRetry returns the first failure",
-			opts: options.RetryHandlerOptions{Policy: options.NoRetry{}}, steps: []step{answer(503)},
+			opts: options.RetryHandlerOptions{Policy: options.NoRetry{}}, steps: []reply{answer(503)},
 			wantStatus: 503},
 		{name: "Fixed retries its count, then returns the last failure",
 			opts:  options.RetryHandlerOptions{Policy: options.Fixed{Retries: 2, Interval: 2 * time.Second}},
-			steps: []step{answer(503)}, delays: secs(2, 2), wantStatus: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(2, 2), wantStatus: 503},
 		{name: "Linear until success",
 			opts:  options.RetryHandlerOptions{Policy: options.Linear{Retries: 5, Interval: time.Second, Delta: 500 * time.Millisecond}},
-			steps: []step{answer(503), answer(504), answer(429), answer(200)}, delays: secs(1, 1.5, 2), wantStatus: 200},
+			steps: []reply{answer(503), answer(504), answer(429), answer(200)}, delays: clocktest.Seconds(1, 1.5, 2), wantStatus: 200},
 		{name: "Exponential as a policy value keeps its count of 10",
 			opts:  options.RetryHandlerOptions{Policy: options.Exponential{Random: func() float64 { return 0 }}},
-			steps: []step{answer(429)}, delays: secs(3, 12, 27, 48, 75, 108, 147, 180, 180, 180), wantStatus: 429},
+			steps: []reply{answer(429)}, delays: clocktest.Seconds(3, 12, 27, 48, 75, 108, 147, 180, 180, 180), wantStatus: 429},
 		{name: "AzureStorageExponential defaults: 3 s, about 30 s, 90 s",
 			opts:  options.RetryHandlerOptions{Policy: options.AzureStorageExponential{Random: fixedHalf}},
-			steps: []step{answer(503)}, delays: secs(3, 33, 90), wantStatus: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(3, 33, 90), wantStatus: 503},
 		{name: "APIManagement exponential: 10, 20, 40, 80, 100, 100 s",
 			opts: options.RetryHandlerOptions{Policy: options.APIManagement{Count: 6, Interval: 10 * time.Second,
 				Delta: 10 * time.Second, MaxInterval: 100 * time.Second, Random: fixedHalf}},
-			steps: []step{answer(503)}, delays: secs(10, 20, 40, 80, 100, 100), wantStatus: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(10, 20, 40, 80, 100, 100), wantStatus: 503},
 		{name: "APIManagement linear with a first fast retry",
 			opts: options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: 10 * time.Second,
 				Delta: 5 * time.Second, FirstFastRetry: true}},
-			steps: []step{answer(503)}, delays: secs(0, 15, 20), wantStatus: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(0, 15, 20), wantStatus: 503},
 		{name: "APIManagement without Condition leaves 500 to the status list",
 			opts:  options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: time.Second}},
-			steps: []step{answer(500)}, wantStatus: 500},
+			steps: []reply{answer(500)}, wantStatus: 500},
 		{name: "APIManagement Condition retries a 500",
 			opts:  options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: time.Second, Condition: serverErrors}},
-			steps: []step{answer(500), answer(502), answer(200)}, delays: secs(1, 1), wantStatus: 200},
+			steps: []reply{answer(500), answer(502), answer(200)}, delays: clocktest.Seconds(1, 1), wantStatus: 200},
 		{name: "APIManagement Condition declines a 429 the status list would retry",
 			opts:  options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: time.Second, Condition: serverErrors}},
-			steps: []step{answer(429)}, wantStatus: 429},
+			steps: []reply{answer(429)}, wantStatus: 429},
 		{name: "APIManagement Condition retries a transport error",
 			opts:  options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: time.Second, Condition: serverErrors}},
-			steps: []step{{hangup: true}, answer(200)}, delays: secs(1), wantStatus: 200},
+			steps: []reply{{hangup: true}, answer(200)}, delays: clocktest.Seconds(1), wantStatus: 200},
 		{name: "APIManagement Condition can refuse a transport error",
 			opts: options.RetryHandlerOptions{Policy: options.APIManagement{Count: 3, Interval: time.Second,
 				Condition: func(a options.Attempt) bool { return a.Err == nil && a.Response.StatusCode == 503 }}},
-			steps: []step{{hangup: true}, answer(200)}, wantErr: true},
+			steps: []reply{{hangup: true}, answer(200)}, wantErr: true},
 		{name: "user-written policy: do not retry 502",
 			opts: options.RetryHandlerOptions{Policy: doNotRetry502(5, time.Second, http.StatusBadGateway),
 				StatusCodes: []int{502, 503}},
-			steps: []step{answer(503), answer(502), answer(200)}, delays: secs(1), wantStatus: 502},
+			steps: []reply{answer(503), answer(502), answer(200)}, delays: clocktest.Seconds(1), wantStatus: 502},
 	}
 	for _, tt := range tests {
 		for _, queue := range queueModes {
@@ -211,52 +168,52 @@ func TestHandlerRulesOnTopOfPolicies(t *testing.T) {
 	tests := []struct {
 		name   string
 		opts   options.RetryHandlerOptions
-		steps  []step
+		steps  []reply
 		delays []time.Duration
 		status int
 	}{
 		{name: "Retry-After longer than the policy's delay wins",
 			opts:  options.RetryHandlerOptions{Policy: fixed(2, time.Second)},
-			steps: []step{{status: 429, retryAfter: "5"}}, delays: secs(5, 5), status: 429},
+			steps: []reply{after(429, "5")}, delays: clocktest.Seconds(5, 5), status: 429},
 		{name: "policy's delay longer than Retry-After wins",
 			opts:  options.RetryHandlerOptions{Policy: fixed(1, 10*time.Second)},
-			steps: []step{{status: 429, retryAfter: "2"}, answer(200)}, delays: secs(10), status: 200},
+			steps: []reply{after(429, "2"), answer(200)}, delays: clocktest.Seconds(10), status: 200},
 		{name: "a first fast retry still waits for Retry-After",
 			opts:  options.RetryHandlerOptions{Policy: options.APIManagement{Count: 2, Interval: time.Second, FirstFastRetry: true}},
-			steps: []step{{status: 503, retryAfter: "4"}}, delays: secs(4, 4), status: 503},
+			steps: []reply{after(503, "4")}, delays: clocktest.Seconds(4, 4), status: 503},
 		{name: "Retry-After on a response the policy declines is not waited for",
 			opts:  options.RetryHandlerOptions{Policy: options.NoRetry{}},
-			steps: []step{{status: 429, retryAfter: "5"}}, status: 429},
+			steps: []reply{after(429, "5")}, status: 429},
 		{name: "MaxRetries 0 leaves the count to the policy",
 			opts:  options.RetryHandlerOptions{Policy: fixed(2, time.Second)},
-			steps: []step{answer(503)}, delays: secs(1, 1), status: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(1, 1), status: 503},
 		{name: "MaxRetries 0 and a policy's default count",
 			opts:  options.RetryHandlerOptions{Policy: options.Fixed{Interval: time.Second}},
-			steps: []step{answer(503)}, delays: secs(1, 1, 1, 1, 1, 1, 1, 1, 1, 1), status: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(1, 1, 1, 1, 1, 1, 1, 1, 1, 1), status: 503},
 		{name: "MaxRetries below the policy's count caps it",
 			opts:  options.RetryHandlerOptions{MaxRetries: 1, Policy: fixed(5, time.Second)},
-			steps: []step{answer(503)}, delays: secs(1), status: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(1), status: 503},
 		{name: "MaxRetries above the policy's count does not extend it",
 			opts:  options.RetryHandlerOptions{MaxRetries: 5, Policy: fixed(2, time.Second)},
-			steps: []step{answer(503)}, delays: secs(1, 1), status: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(1, 1), status: 503},
 		{name: "negative MaxRetries never retries",
 			opts:  options.RetryHandlerOptions{MaxRetries: -1, Policy: fixed(5, time.Second)},
-			steps: []step{answer(503)}, status: 503},
+			steps: []reply{answer(503)}, status: 503},
 		{name: "MaxRetries caps APIManagement's Count",
 			opts:  options.RetryHandlerOptions{MaxRetries: 2, Policy: options.APIManagement{Count: 50, Interval: time.Second}},
-			steps: []step{answer(503)}, delays: secs(1, 1), status: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(1, 1), status: 503},
 		{name: "MaxElapsed stops a retry whose delay would pass it",
 			opts:  options.RetryHandlerOptions{MaxElapsed: 25 * time.Second, Policy: fixed(10, 10*time.Second)},
-			steps: []step{answer(503)}, delays: secs(10, 10), status: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(10, 10), status: 503},
 		{name: "MaxElapsed is checked against Retry-After too",
 			opts:  options.RetryHandlerOptions{MaxElapsed: 50 * time.Second, Policy: fixed(10, time.Second)},
-			steps: []step{{status: 429, retryAfter: "100"}}, status: 429},
+			steps: []reply{after(429, "100")}, status: 429},
 		{name: "RetriesTimeLimit bounds the total wait",
 			opts:  options.RetryHandlerOptions{RetriesTimeLimit: 15 * time.Second, Policy: options.Linear{Retries: 10, Interval: 5 * time.Second, Delta: 5 * time.Second}},
-			steps: []step{answer(503)}, delays: secs(5, 10), status: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(5, 10), status: 503},
 		{name: "MaxDelay does not cap a policy's delay",
 			opts:  options.RetryHandlerOptions{MaxDelay: time.Second, Policy: fixed(1, 5*time.Second)},
-			steps: []step{answer(503)}, delays: secs(5), status: 503},
+			steps: []reply{answer(503)}, delays: clocktest.Seconds(5), status: 503},
 	}
 	for _, tt := range tests {
 		for _, queue := range queueModes {
@@ -275,7 +232,7 @@ func TestHandlerRulesOnTopOfPolicies(t *testing.T) {
 
 func TestPerRequestPolicyOverride(t *testing.T) {
 	h, clock := newHandler(t, options.RetryHandlerOptions{Policy: options.Fixed{Retries: 5, Interval: time.Second}})
-	srv := newScriptServer(t, answer(503))
+	srv := newRepeating(t, answer(503))
 	override := &options.RetryHandlerOptions{Policy: options.APIManagement{Count: 1, Interval: 7 * time.Second}}
 	req := get(t, srv.URL)
 	req = req.WithContext(context.WithValue(req.Context(), override.GetKey(), override))
@@ -284,7 +241,7 @@ func TestPerRequestPolicyOverride(t *testing.T) {
 
 	require.NoError(t, got.err)
 	assert.Equal(t, 503, got.resp.StatusCode)
-	assert.Equal(t, secs(7), waits)
+	assert.Equal(t, clocktest.Seconds(7), waits)
 	assert.Equal(t, wantAttempts(2), srv.retryAttempts())
 }
 

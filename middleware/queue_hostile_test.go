@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
@@ -49,6 +50,6 @@ func TestQueueObeysNamedHoldPastPace(t *testing.T) {
 	res, waits := do(clk, client, next)
 	require.NoError(t, res.err)
 	assert.Equal(t, http.StatusOK, res.resp.StatusCode)
-	assert.Equal(t, secs(1), waits, "held for the server's Retry-After, no more, no less")
+	assert.Equal(t, clocktest.Seconds(1), waits, "held for the server's Retry-After, no more, no less")
 	assert.Equal(t, int32(2), n.Load())
 }

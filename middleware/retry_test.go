@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/middleware"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
@@ -217,18 +218,18 @@ func TestRetryHandler_RetryAfter(t *testing.T) {
 		policy options.Policy
 		want   []time.Duration
 	}{
-		{"delta-seconds", map[string]string{"Retry-After": "7"}, nil, secs(7)},
-		{"IMF-fixdate", map[string]string{"Retry-After": now.Add(9 * time.Second).Format(http.TimeFormat)}, nil, secs(9)},
-		{"RFC 850 date", map[string]string{"Retry-After": now.Add(11 * time.Second).Format(time.RFC850)}, nil, secs(11)},
-		{"asctime date", map[string]string{"Retry-After": now.Add(13 * time.Second).Format(time.ANSIC)}, nil, secs(13)},
+		{"delta-seconds", map[string]string{"Retry-After": "7"}, nil, clocktest.Seconds(7)},
+		{"IMF-fixdate", map[string]string{"Retry-After": now.Add(9 * time.Second).Format(http.TimeFormat)}, nil, clocktest.Seconds(9)},
+		{"RFC 850 date", map[string]string{"Retry-After": now.Add(11 * time.Second).Format(time.RFC850)}, nil, clocktest.Seconds(11)},
+		{"asctime date", map[string]string{"Retry-After": now.Add(13 * time.Second).Format(time.ANSIC)}, nil, clocktest.Seconds(13)},
 		{"past date retries at once", map[string]string{"Retry-After": now.Add(-time.Hour).Format(http.TimeFormat)}, nil, nil},
-		{"retry-after-ms", map[string]string{"Retry-After-Ms": "1500"}, nil, secs(1.5)},
-		{"x-ms-retry-after-ms", map[string]string{"X-Ms-Retry-After-Ms": "250"}, nil, secs(0.25)},
-		{"longest named wait wins", map[string]string{"Retry-After": "2", "Retry-After-Ms": "4000"}, nil, secs(4)},
-		{"garbage falls back to the policy", map[string]string{"Retry-After": "soon"}, fixedPolicy(1, 5*time.Second), secs(5)},
-		{"negative falls back to the policy", map[string]string{"Retry-After": "-3"}, fixedPolicy(1, 5*time.Second), secs(5)},
-		{"policy longer than Retry-After", map[string]string{"Retry-After": "1"}, fixedPolicy(1, 5*time.Second), secs(5)},
-		{"Retry-After is never undercut", map[string]string{"Retry-After": "30"}, fixedPolicy(1, 5*time.Second), secs(30)},
+		{"retry-after-ms", map[string]string{"Retry-After-Ms": "1500"}, nil, clocktest.Seconds(1.5)},
+		{"x-ms-retry-after-ms", map[string]string{"X-Ms-Retry-After-Ms": "250"}, nil, clocktest.Seconds(0.25)},
+		{"longest named wait wins", map[string]string{"Retry-After": "2", "Retry-After-Ms": "4000"}, nil, clocktest.Seconds(4)},
+		{"garbage falls back to the policy", map[string]string{"Retry-After": "soon"}, fixedPolicy(1, 5*time.Second), clocktest.Seconds(5)},
+		{"negative falls back to the policy", map[string]string{"Retry-After": "-3"}, fixedPolicy(1, 5*time.Second), clocktest.Seconds(5)},
+		{"policy longer than Retry-After", map[string]string{"Retry-After": "1"}, fixedPolicy(1, 5*time.Second), clocktest.Seconds(5)},
+		{"Retry-After is never undercut", map[string]string{"Retry-After": "30"}, fixedPolicy(1, 5*time.Second), clocktest.Seconds(30)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -258,7 +259,7 @@ func TestRetryHandler_DefaultBackoff(t *testing.T) {
 	res, waits := do(clk, newClient(t, h), req)
 	require.NoError(t, res.err)
 	// min(180 s, 3 s·n²)·(1 − 0.2·0.5)
-	assert.Equal(t, secs(2.7, 10.8, 24.3, 43.2), waits)
+	assert.Equal(t, clocktest.Seconds(2.7, 10.8, 24.3, 43.2), waits)
 }
 
 func TestRetryHandler_DefaultOptionsUseJitteredSchedule(t *testing.T) {
@@ -284,18 +285,18 @@ func TestRetryHandler_Limits(t *testing.T) {
 		waits    []time.Duration
 		status   int
 	}{
-		{"MaxRetries caps retries", options.RetryHandlerOptions{MaxRetries: 2, Policy: fixedPolicy(9, time.Second)}, fourFailures, 3, secs(10, 10), 429},
+		{"MaxRetries caps retries", options.RetryHandlerOptions{MaxRetries: 2, Policy: fixedPolicy(9, time.Second)}, fourFailures, 3, clocktest.Seconds(10, 10), 429},
 		{"negative MaxRetries never retries", options.RetryHandlerOptions{MaxRetries: -1}, fourFailures, 1, nil, 429},
-		{"MaxElapsed returns at once", options.RetryHandlerOptions{MaxElapsed: 25 * time.Second, Policy: fixedPolicy(9, time.Second)}, fourFailures, 3, secs(10, 10), 429},
+		{"MaxElapsed returns at once", options.RetryHandlerOptions{MaxElapsed: 25 * time.Second, Policy: fixedPolicy(9, time.Second)}, fourFailures, 3, clocktest.Seconds(10, 10), 429},
 		{"Retry-After beyond MaxElapsed is not waited for", options.RetryHandlerOptions{MaxElapsed: time.Minute}, []reply{throttled("3600")}, 1, nil, 429},
-		{"RetriesTimeLimit counts Retry-After", options.RetryHandlerOptions{RetriesTimeLimit: 15 * time.Second}, fourFailures, 2, secs(10), 429},
+		{"RetriesTimeLimit counts Retry-After", options.RetryHandlerOptions{RetriesTimeLimit: 15 * time.Second}, fourFailures, 2, clocktest.Seconds(10), 429},
 		{"RetriesTimeLimit applies to 503", options.RetryHandlerOptions{RetriesTimeLimit: 5 * time.Second, Policy: fixedPolicy(9, 2*time.Second)},
-			[]reply{{status: 503}, {status: 503}, {status: 503}, {status: 503}}, 3, secs(2, 2), 503},
+			[]reply{{status: 503}, {status: 503}, {status: 503}, {status: 503}}, 3, clocktest.Seconds(2, 2), 503},
 		{"RetriesTimeLimit applies to 504", options.RetryHandlerOptions{RetriesTimeLimit: 5 * time.Second, Policy: fixedPolicy(9, 2*time.Second)},
-			[]reply{{status: 504}, {status: 504}, {status: 504}, {status: 504}}, 3, secs(2, 2), 504},
-		{"policy count governs when MaxRetries is unset", options.RetryHandlerOptions{Policy: fixedPolicy(1, time.Second)}, fourFailures, 2, secs(10), 429},
-		{"MaxRetries caps a policy", options.RetryHandlerOptions{MaxRetries: 1, Policy: fixedPolicy(5, time.Second)}, fourFailures, 2, secs(10), 429},
-		{"ShouldRetry vetoes", options.RetryHandlerOptions{ShouldRetry: func(a options.Attempt) bool { return a.Retry < 2 }}, fourFailures, 2, secs(10), 429},
+			[]reply{{status: 504}, {status: 504}, {status: 504}, {status: 504}}, 3, clocktest.Seconds(2, 2), 504},
+		{"policy count governs when MaxRetries is unset", options.RetryHandlerOptions{Policy: fixedPolicy(1, time.Second)}, fourFailures, 2, clocktest.Seconds(10), 429},
+		{"MaxRetries caps a policy", options.RetryHandlerOptions{MaxRetries: 1, Policy: fixedPolicy(5, time.Second)}, fourFailures, 2, clocktest.Seconds(10), 429},
+		{"ShouldRetry vetoes", options.RetryHandlerOptions{ShouldRetry: func(a options.Attempt) bool { return a.Retry < 2 }}, fourFailures, 2, clocktest.Seconds(10), 429},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -367,7 +368,7 @@ func TestRetryHandler_Deadline(t *testing.T) {
 		{"Retry-After past the context's deadline", 5 * time.Minute, 0, time.Second, []reply{throttled("600")}, 1, nil, 429},
 		{"Retry-After past the client's Timeout", 0, 5 * time.Minute, time.Second, []reply{throttled("600")}, 1, nil, 429},
 		{"backoff past the deadline", 5 * time.Minute, 0, 10 * time.Minute, []reply{{status: 503, body: "slow down"}}, 1, nil, 503},
-		{"a retry within the deadline is made", 5 * time.Minute, 0, time.Second, []reply{throttled("60")}, 2, secs(60), 200},
+		{"a retry within the deadline is made", 5 * time.Minute, 0, time.Second, []reply{throttled("60")}, 2, clocktest.Seconds(60), 200},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -481,7 +482,7 @@ func TestRetryHandler_PerRequestOptions(t *testing.T) {
 		res, waits := do(clk, newClient(t, h), req)
 		require.NoError(t, res.err)
 		assert.Equal(t, 503, res.resp.StatusCode)
-		assert.Equal(t, secs(7), waits)
+		assert.Equal(t, clocktest.Seconds(7), waits)
 		assert.Len(t, srv.attempts(), 2)
 	})
 	t.Run("an invalid one fails the request before sending", func(t *testing.T) {

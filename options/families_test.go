@@ -11,28 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/effective"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
 // fixed returns a random source that always yields u.
 func fixed(u float64) func() float64 { return func() float64 { return u } }
-
-func seconds(s ...float64) []time.Duration {
-	out := make([]time.Duration, len(s))
-	for i, v := range s {
-		out[i] = time.Duration(v * float64(time.Second))
-	}
-	return out
-}
-
-func repeat(d time.Duration, n int) []time.Duration {
-	out := make([]time.Duration, n)
-	for i := range out {
-		out[i] = d
-	}
-	return out
-}
 
 // schedule asks p about retries 1, 2, ... until it declines (at most
 // limit+1 times) and returns the delays it gave.
@@ -57,39 +42,39 @@ func TestSchedulesExact(t *testing.T) {
 		want   []time.Duration
 	}{
 		{"NoRetry", options.NoRetry{}, []time.Duration{}},
-		{"Fixed zero value: 10 retries 3 s apart", options.Fixed{}, repeat(3*time.Second, 10)},
-		{"Fixed", options.Fixed{Retries: 2, Interval: 1500 * time.Millisecond}, seconds(1.5, 1.5)},
-		{"Linear zero value: 3 s steps", options.Linear{}, seconds(3, 6, 9, 12, 15, 18, 21, 24, 27, 30)},
-		{"Linear", options.Linear{Retries: 4, Interval: time.Second, Delta: 500 * time.Millisecond}, seconds(1, 1.5, 2, 2.5)},
-		{"Linear Delta defaults to Interval", options.Linear{Retries: 3, Interval: 2 * time.Second}, seconds(2, 4, 6)},
+		{"Fixed zero value: 10 retries 3 s apart", options.Fixed{}, clocktest.Repeat(3*time.Second, 10)},
+		{"Fixed", options.Fixed{Retries: 2, Interval: 1500 * time.Millisecond}, clocktest.Seconds(1.5, 1.5)},
+		{"Linear zero value: 3 s steps", options.Linear{}, clocktest.Seconds(3, 6, 9, 12, 15, 18, 21, 24, 27, 30)},
+		{"Linear", options.Linear{Retries: 4, Interval: time.Second, Delta: 500 * time.Millisecond}, clocktest.Seconds(1, 1.5, 2, 2.5)},
+		{"Linear Delta defaults to Interval", options.Linear{Retries: 3, Interval: 2 * time.Second}, clocktest.Seconds(2, 4, 6)},
 		{"Exponential zero value, no jitter drawn", options.Exponential{Random: fixed(0)},
-			seconds(3, 12, 27, 48, 75, 108, 147, 180, 180, 180)},
-		{"Exponential mid jitter", options.Exponential{Retries: 3, Random: fixed(0.5)}, seconds(2.7, 10.8, 24.3)},
+			clocktest.Seconds(3, 12, 27, 48, 75, 108, 147, 180, 180, 180)},
+		{"Exponential mid jitter", options.Exponential{Retries: 3, Random: fixed(0.5)}, clocktest.Seconds(2.7, 10.8, 24.3)},
 		{"AzureStorageExponential defaults, mid jitter: the blog's 3 s, ~30 s, 90 s",
-			options.AzureStorageExponential{Random: fixed(0.5)}, seconds(3, 33, 90)},
+			options.AzureStorageExponential{Random: fixed(0.5)}, clocktest.Seconds(3, 33, 90)},
 		{"AzureStorageExponential defaults, lowest jitter",
-			options.AzureStorageExponential{Random: fixed(0)}, seconds(3, 27, 75)},
+			options.AzureStorageExponential{Random: fixed(0)}, clocktest.Seconds(3, 27, 75)},
 		{"AzureStorageExponential defaults, highest jitter stays under the cap",
-			options.AzureStorageExponential{Random: fixed(math.Nextafter(1, 0))}, seconds(3, 39, 90)},
+			options.AzureStorageExponential{Random: fixed(math.Nextafter(1, 0))}, clocktest.Seconds(3, 39, 90)},
 		{"AzureStorageExponential custom",
 			options.AzureStorageExponential{Retries: 6, MinBackoff: time.Second, MaxBackoff: time.Minute, DeltaBackoff: 2 * time.Second, Random: fixed(0.5)},
-			seconds(1, 3, 7, 15, 31, 60)},
-		{"APIManagement fixed", options.APIManagement{Count: 3, Interval: 10 * time.Second}, seconds(10, 10, 10)},
-		{"APIManagement linear", options.APIManagement{Count: 4, Interval: 10 * time.Second, Delta: 5 * time.Second}, seconds(10, 15, 20, 25)},
+			clocktest.Seconds(1, 3, 7, 15, 31, 60)},
+		{"APIManagement fixed", options.APIManagement{Count: 3, Interval: 10 * time.Second}, clocktest.Seconds(10, 10, 10)},
+		{"APIManagement linear", options.APIManagement{Count: 4, Interval: 10 * time.Second, Delta: 5 * time.Second}, clocktest.Seconds(10, 15, 20, 25)},
 		{"APIManagement exponential: the APIM page's example",
 			options.APIManagement{Count: 7, Interval: 10 * time.Second, Delta: 10 * time.Second, MaxInterval: 100 * time.Second, Random: fixed(0.5)},
-			seconds(10, 20, 40, 80, 100, 100, 100)},
+			clocktest.Seconds(10, 20, 40, 80, 100, 100, 100)},
 		{"APIManagement exponential, lowest jitter",
 			options.APIManagement{Count: 5, Interval: 10 * time.Second, Delta: 10 * time.Second, MaxInterval: 100 * time.Second, Random: fixed(0)},
-			seconds(10, 18, 34, 66, 100)},
+			clocktest.Seconds(10, 18, 34, 66, 100)},
 		{"APIManagement first fast retry, fixed",
-			options.APIManagement{Count: 3, Interval: time.Second, FirstFastRetry: true}, seconds(0, 1, 1)},
+			options.APIManagement{Count: 3, Interval: time.Second, FirstFastRetry: true}, clocktest.Seconds(0, 1, 1)},
 		{"APIManagement first fast retry, linear keeps n",
-			options.APIManagement{Count: 3, Interval: 10 * time.Second, Delta: 5 * time.Second, FirstFastRetry: true}, seconds(0, 15, 20)},
+			options.APIManagement{Count: 3, Interval: 10 * time.Second, Delta: 5 * time.Second, FirstFastRetry: true}, clocktest.Seconds(0, 15, 20)},
 		{"APIManagement first fast retry, exponential keeps n",
 			options.APIManagement{Count: 3, Interval: 10 * time.Second, Delta: 10 * time.Second, MaxInterval: 100 * time.Second, FirstFastRetry: true, Random: fixed(0.5)},
-			seconds(0, 20, 40)},
-		{"APIManagement 50 retries", options.APIManagement{Count: 50, Interval: time.Second}, repeat(time.Second, 50)},
+			clocktest.Seconds(0, 20, 40)},
+		{"APIManagement 50 retries", options.APIManagement{Count: 50, Interval: time.Second}, clocktest.Repeat(time.Second, 50)},
 		{"PolicyFunc", options.PolicyFunc(func(a options.Attempt) (time.Duration, bool) {
 			return time.Duration(a.Retry) * time.Millisecond, a.Retry <= 2
 		}), []time.Duration{time.Millisecond, 2 * time.Millisecond}},
@@ -110,16 +95,16 @@ func TestSchedulesBoundsWithRealRandom(t *testing.T) {
 		lo, hi []time.Duration
 	}{
 		{"AzureStorageExponential defaults: about 3 s, 30 s, 90 s", options.AzureStorageExponential{},
-			seconds(3, 27, 75), seconds(3, 39, 90)},
+			clocktest.Seconds(3, 27, 75), clocktest.Seconds(3, 39, 90)},
 		{"AzureStorageExponential custom",
 			options.AzureStorageExponential{Retries: 5, MinBackoff: time.Second, MaxBackoff: 20 * time.Second, DeltaBackoff: time.Second},
-			seconds(1, 1.8, 3.4, 6.6, 13), seconds(1, 2.2, 4.6, 9.4, 19)},
+			clocktest.Seconds(1, 1.8, 3.4, 6.6, 13), clocktest.Seconds(1, 2.2, 4.6, 9.4, 19)},
 		{"APIManagement exponential: about 10, 20, 40, 80, 100, 100 s",
 			options.APIManagement{Count: 6, Interval: 10 * time.Second, Delta: 10 * time.Second, MaxInterval: 100 * time.Second},
-			seconds(10, 18, 34, 66, 100, 100), seconds(10, 22, 46, 94, 100, 100)},
+			clocktest.Seconds(10, 18, 34, 66, 100, 100), clocktest.Seconds(10, 22, 46, 94, 100, 100)},
 		{"Exponential defaults", options.Exponential{},
-			seconds(2.4, 9.6, 21.6, 38.4, 60, 86.4, 117.6, 144, 144, 144),
-			seconds(3, 12, 27, 48, 75, 108, 147, 180, 180, 180)},
+			clocktest.Seconds(2.4, 9.6, 21.6, 38.4, 60, 86.4, 117.6, 144, 144, 144),
+			clocktest.Seconds(3, 12, 27, 48, 75, 108, 147, 180, 180, 180)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,29 +18,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// fakeNow is a manual clock for the server: time moves only on Advance.
-type fakeNow struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeNow() *fakeNow { return &fakeNow{t: time.Unix(1_700_000_000, 0)} }
-
-func (f *fakeNow) Now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.t
-}
-
-func (f *fakeNow) Advance(d time.Duration) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.t = f.t.Add(d)
-}
 
 func TestTokenBucket(t *testing.T) {
 	t0 := time.Unix(0, 0)
@@ -62,7 +44,7 @@ func TestTokenBucket(t *testing.T) {
 		{"zero burst means one", Bucket{Rate: 2}, []step{
 			{0, 0}, {0, 500 * time.Millisecond}, {500 * time.Millisecond, 0},
 		}},
-		{"Graph-like 400/s burst 40", Bucket{Rate: 400, Burst: 40}, append(repeat(step{0, 0}, 40),
+		{"Graph-like 400/s burst 40", Bucket{Rate: 400, Burst: 40}, append(clocktest.Repeat(step{0, 0}, 40),
 			step{0, 2500 * time.Microsecond}, step{2500 * time.Microsecond, 0}, step{2500 * time.Microsecond, 2500 * time.Microsecond})},
 		{"a clock that steps back earns nothing", Bucket{Rate: 1, Burst: 1}, []step{
 			{time.Second, 0}, {0, time.Second}, {time.Second, time.Second},
@@ -152,14 +134,14 @@ func TestNewServerPanicsOnInvalidConfig(t *testing.T) {
 // harness is a server on a fake clock and a client for it.
 type harness struct {
 	t      *testing.T
-	now    *fakeNow
+	now    *clocktest.Clock
 	srv    *Server
 	client *http.Client
 }
 
 func newHarness(t *testing.T, cfg Config) *harness {
 	t.Helper()
-	now := newFakeNow()
+	now := clocktest.New(time.Unix(1_700_000_000, 0))
 	srv, err := newServer(cfg, now.Now)
 	require.NoError(t, err)
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}

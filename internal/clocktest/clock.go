@@ -1,5 +1,7 @@
-// Package clocktest provides a manual options.Clock for tests: time moves
-// only when the test advances it, so delays are checked exactly and fast.
+// Package clocktest provides fake options.Clocks for tests, whose time
+// moves only when the test (Clock) or a wait (Jumping) advances it, so
+// delays are checked exactly and fast; and the helpers that write the
+// schedules those tests expect.
 package clocktest
 
 import (
