@@ -1,11 +1,3 @@
-// Package throttle holds requests back while what they target is
-// throttled, and releases them at a pace learned from the server's answers.
-//
-// A Queue keeps, per host, the URLs, paths and path prefixes the server
-// throttled, and per throttle scope (the collection a throttled target is
-// in) a pacer and the requests waiting for it. A retry loop calls Admit before each attempt
-// and Report with each answer; a request to a host that was never
-// throttled costs a map lookup and no lock.
 package throttle
 
 import (
