@@ -146,8 +146,6 @@ func do(clk *clocktest.Clock, client *http.Client, req *http.Request) (result, [
 // fixedHalf is a random source that always returns 0.5.
 func fixedHalf() float64 { return 0.5 }
 
-var secs = clocktest.Seconds
-
 func throttled(retryAfter string) reply {
 	return reply{status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": retryAfter}, body: "slow down"}
 }

@@ -64,14 +64,6 @@ func TestTokenBucket(t *testing.T) {
 	}
 }
 
-func repeat[T any](v T, n int) []T {
-	out := make([]T, n)
-	for i := range out {
-		out[i] = v
-	}
-	return out
-}
-
 func TestRetryAfterSeconds(t *testing.T) {
 	tests := []struct {
 		wait time.Duration
