@@ -95,22 +95,27 @@ func TestBatchItemAnswered(t *testing.T) {
 	r.body = newReplayer(req)
 	b := r.completeBatch()
 	require.NotNil(t, b)
+	r.batch = b
 	type seen struct {
 		url    string
 		status int
 		after  string
 	}
-	var got []seen
-	b.itemAnswered = func(a itemAnswer) {
-		got = append(got, seen{a.url.String(), a.Status, a.Header.Get("Retry-After")})
-		assert.Equal(t, 1, a.n, "the first attempt")
-	}
+	b.attempt = 1
 	resp, err := r.pipeline.Next(req, 0)
 	require.NoError(t, err)
 	discard(resp)
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the stand-in names the throttled item's status")
-	assert.Equal(t, "7000", resp.Header.Get(headerRetryAfterMs))
 	assert.True(t, b.answeredByItems())
+	f := r.failure(1, req, resp, nil)
+	a := f.attempt()
+	assert.Equal(t, 7*time.Second, a.RetryAfter, "the attempt names the item's Retry-After")
+	assert.True(t, a.HasRetryAfter)
+	assert.Empty(t, resp.Header.Get(headerRetryAfterMs), "the stand-in's header is not read back")
+	var got []seen
+	for _, a := range b.answers {
+		got = append(got, seen{a.url.String(), a.Status, a.Header.Get("Retry-After")})
+	}
 	assert.Equal(t, []seen{
 		{"https://graph.microsoft.com/beta/me/contacts", 200, ""},
 		{"https://graph.microsoft.com/beta/me/events", 429, "7"},
@@ -205,13 +210,16 @@ func TestLearnItem(t *testing.T) {
 			breq, err := http.NewRequest(http.MethodPost, batchURL, nil)
 			require.NoError(t, err)
 			breq.Host = tt.batchHost
-			b := &batchRun{queue: h.queue, policy: h.policy, req: breq, start: t0}
+			b := &batchRun{req: breq, keep: true}
 			u, err := batch.Resolve(breq.URL, tt.itemURL)
 			require.NoError(t, err)
-			b.learn(itemAnswer{
+			b.answers = []itemAnswer{{
 				Item: batch.Item{ID: "1", Method: http.MethodGet, URL: tt.itemURL, Status: tt.status, Header: tt.header},
-				url:  u, n: 1, sent: t0, back: t0,
-			})
+				url:  u, sent: t0, back: t0,
+			}}
+			r := &run{h: h, policy: h.policy, batch: b, start: t0}
+			f := r.failure(1, breq, nil, nil)
+			b.learn(h.queue, &f)
 
 			single, err := http.NewRequest(http.MethodGet, tt.single, nil)
 			require.NoError(t, err)

@@ -149,3 +149,39 @@ func (c *countingFailure) Next(*http.Request, int) (*http.Response, error) {
 	c.n++
 	return nil, errBroken
 }
+
+// kiota-http-go's ShouldRetry is told the delay waited so far: the sum of
+// the delays of the retries already made, each counted once, whether the
+// throttle queue holds the retries or the loop waits for them. A 429
+// naming no Retry-After has the queue hold its target for the policy's
+// delay, the same delay the loop waits: kiota's schedule, which keeps
+// count of the delays it gave, is asked once per retry.
+func TestRetryHandler_KiotaCumulativeDelay(t *testing.T) {
+	for _, queue := range queueModes {
+		t.Run(queue.name, func(t *testing.T) {
+			h, clk := newHandler(t, options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: queue.disabled}})
+			var told []time.Duration // the delay so far, as kiota's ShouldRetry is told it
+			var at []time.Time       // when it was asked: the failed attempt came back
+			kiota := &nethttplibrary.RetryHandlerOptions{MaxRetries: 3, DelaySeconds: 1,
+				ShouldRetry: func(d time.Duration, _ int, _ *http.Request, _ *http.Response) bool {
+					told, at = append(told, d), append(at, clk.Now())
+					return true
+				}}
+			bare := reply{status: http.StatusTooManyRequests} // no Retry-After
+			srv := newScripted(t, bare, bare, bare)
+			ctx := context.WithValue(context.Background(), kiota.GetKey(), kiota)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+
+			res, _ := do(clk, newClient(t, h), req)
+
+			require.NoError(t, res.err)
+			assert.Equal(t, http.StatusOK, res.resp.StatusCode)
+			require.Len(t, told, 3)
+			for i := range told {
+				// No time passes on the fake clock but the waits between
+				// attempts.
+				assert.Equal(t, at[i].Sub(at[0]), told[i], "before retry %d", i+1)
+			}
+		})
+	}
+}

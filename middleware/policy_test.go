@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -267,5 +268,52 @@ func TestNewRetryHandlerRejectsInvalidPolicies(t *testing.T) {
 			assert.Contains(t, err.Error(), "RetryHandlerOptions.Policy")
 			assert.Contains(t, err.Error(), tt.want)
 		})
+	}
+}
+
+// TestPolicyAskedOncePerRetry checks that the policy is asked once per
+// retry, and its one answer is both the queue's hold of a throttle that
+// names no wait and the delay: a stateful policy (kiota-http-go's schedule
+// adds up the delays it gave) must not be asked again for the same retry.
+// A batch's items throttled without a wait are held for that same answer.
+func TestPolicyAskedOncePerRetry(t *testing.T) {
+	const bareItems = `{"responses":[{"id":"1","status":429},{"id":"2","status":429}]}`
+	bothOK := `{"responses":[{"id":"1","status":200,"body":{}},{"id":"2","status":200,"body":{}}]}`
+	tests := []struct {
+		name    string
+		replies []reply
+		batch   bool
+		retries []int // the retry each call was about
+	}{
+		{"429s naming no wait", []reply{answer(429), answer(429), answer(429)}, false, []int{1, 2, 3}},
+		{"429s naming a wait", []reply{after(429, "2"), after(429, "2")}, false, []int{1, 2}},
+		{"503s", []reply{answer(503), answer(503)}, false, []int{1, 2}},
+		{"a batch whose items name no wait", []reply{batchOK(bareItems), batchOK(bareItems), batchOK(bothOK)}, true, []int{1, 2}},
+	}
+	for _, tt := range tests {
+		for _, queue := range queueModes {
+			t.Run(tt.name+"/"+queue.name, func(t *testing.T) {
+				var mu sync.Mutex
+				var asked []int
+				policy := options.PolicyFunc(func(a options.Attempt) (time.Duration, bool) {
+					mu.Lock()
+					defer mu.Unlock()
+					asked = append(asked, a.Retry)
+					return time.Second, a.Retry <= 5
+				})
+				h, clk := newHandler(t, options.RetryHandlerOptions{Policy: policy, Queue: options.QueueOptions{Disabled: queue.disabled}})
+				srv := newScripted(t, tt.replies...)
+				req := get(t, srv.URL)
+				if tt.batch {
+					req = kiotaBatch(t, srv.URL, []byte(twoItems))
+				}
+
+				got, _ := do(clk, newClient(t, h), req)
+
+				require.NoError(t, got.err)
+				assert.Equal(t, http.StatusOK, got.resp.StatusCode)
+				assert.Equal(t, tt.retries, asked)
+			})
+		}
 	}
 }

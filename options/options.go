@@ -225,7 +225,7 @@ type QueueOptions struct {
 // RetriesTimeLimit, the context's deadline and ShouldRetry apply to it as a
 // whole. While items remain to be resent, Policy and ShouldRetry see the
 // batch as a failed attempt whose status is the most urgent of theirs
-// (429, then 503, then 504) and whose Retry-After-Ms is the longest
+// (429, then 503, then 504) and whose Attempt.RetryAfter is the longest
 // Retry-After among them. The zero value turns completion on.
 type BatchOptions struct {
 	// Disabled returns every batch response as the server sent it: its

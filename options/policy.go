@@ -74,7 +74,10 @@ type Attempt struct {
 type Policy interface {
 	// Next is called with the failed attempt and the number of the retry
 	// about to be made (a.Retry, 1 for the first retry). It returns the
-	// delay before that retry, or false to stop retrying.
+	// delay before that retry, or false to stop retrying. The handler asks
+	// at most once per failed attempt: the one answer is both the delay
+	// and, for a throttle that names no wait, how long the throttle queue
+	// holds the throttled target.
 	Next(a Attempt) (delay time.Duration, retry bool)
 }
 
