@@ -7,7 +7,7 @@ import (
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
-// failure is the answer to one attempt as the retry loop judges it: the
+// answer is the answer to one attempt as the retry loop judges it: the
 // options.Attempt that a Classifier, the policy and ShouldRetry see, built
 // once, and the policy's answer about the retry it would lead to, asked
 // once and used both for the queue's hold and for the delay. A stateful
@@ -17,7 +17,7 @@ import (
 //
 // It holds what it needs of the request's run rather than the run itself,
 // which then stays on its goroutine's stack.
-type failure struct {
+type answer struct {
 	n      int // the retry this answer would lead to: 1 after the first attempt
 	req    *http.Request
 	resp   *http.Response // nil when err is set
@@ -33,10 +33,10 @@ type failure struct {
 	retry        bool
 }
 
-// failure returns the answer to attempt req, resp or err, which leads to
+// newAnswer returns the answer to attempt req, resp or err, which leads to
 // retry n if any.
-func (r *run) failure(n int, req *http.Request, resp *http.Response, err error) failure {
-	return failure{n: n, req: req, resp: resp, err: err, back: reading{clock: r.h.clock},
+func (r *run) newAnswer(n int, req *http.Request, resp *http.Response, err error) answer {
+	return answer{n: n, req: req, resp: resp, err: err, back: reading{clock: r.h.clock},
 		start: r.start, policy: r.policy, batch: r.batch}
 }
 
@@ -44,36 +44,36 @@ func (r *run) failure(n int, req *http.Request, resp *http.Response, err error) 
 // see it before retry n. It is the one constructor of options.Attempt. Its
 // RetryAfter is the wait the answer names; for a batch whose items remain
 // to be resent, the longest wait those items name.
-func (f *failure) attempt() options.Attempt {
-	if f.built {
-		return f.a
+func (ans *answer) attempt() options.Attempt {
+	if ans.built {
+		return ans.a
 	}
-	now := f.back.now()
-	f.a = options.Attempt{Retry: f.n, Elapsed: now.Sub(f.start), Request: f.req, Response: peek(f.resp), Err: f.err}
+	now := ans.back.now()
+	ans.a = options.Attempt{Retry: ans.n, Elapsed: now.Sub(ans.start), Request: ans.req, Response: peek(ans.resp), Err: ans.err}
 	switch {
-	case f.batch.answeredByItems():
-		f.a.RetryAfter, f.a.HasRetryAfter = f.batch.wait, f.batch.named
-	case f.resp != nil:
-		f.a.RetryAfter, f.a.HasRetryAfter = RetryAfter(f.resp.Header, now)
+	case ans.batch.answeredByItems():
+		ans.a.RetryAfter, ans.a.HasRetryAfter = ans.batch.wait, ans.batch.named
+	case ans.resp != nil:
+		ans.a.RetryAfter, ans.a.HasRetryAfter = RetryAfter(ans.resp.Header, now)
 	}
-	f.built = true
-	return f.a
+	ans.built = true
+	return ans.a
 }
 
 // next returns the policy's answer about retry n: its delay, and whether
 // to make the retry at all.
-func (f *failure) next() (time.Duration, bool) {
-	if !f.asked {
-		f.delay, f.retry = f.policy.Next(f.attempt())
-		f.asked = true
+func (ans *answer) next() (time.Duration, bool) {
+	if !ans.asked {
+		ans.delay, ans.retry = ans.policy.Next(ans.attempt())
+		ans.asked = true
 	}
-	return f.delay, f.retry
+	return ans.delay, ans.retry
 }
 
 // policyHold is how long a throttle that names no wait holds its target:
 // the delay the policy gives retry n, or none when it would not retry.
-func (f *failure) policyHold() time.Duration {
-	if d, ok := f.next(); ok {
+func (ans *answer) policyHold() time.Duration {
+	if d, ok := ans.next(); ok {
 		return d
 	}
 	return 0

@@ -66,8 +66,8 @@ type batchRun struct {
 	named bool
 
 	// answers are the item answers of the latest attempt, kept for learn
-	// when the handler has a queue, so that throttles of single items are
-	// learned from.
+	// when keep is set (the handler has a queue), so that throttles of
+	// single items are learned from.
 	answers []itemAnswer
 	keep    bool
 	req     *http.Request // the caller's
@@ -175,14 +175,14 @@ func (b *batchRun) Next(req *http.Request, index int) (*http.Response, error) {
 }
 
 // learn tells q what the server answered to each item of the batch
-// attempt whose answer the loop judges as f, as the loop does with a whole
+// attempt whose answer the loop judges as ans, as the loop does with a whole
 // request's answer: a throttled item holds single requests to its URL for
 // its own Retry-After, or, for a 429 that names none, for the delay the
 // policy gives the loop's next retry (the one answer it gives about it),
 // and successful items pace their scope. An item answered 424 Failed
 // Dependency was never run: it says nothing. learn does nothing for a
 // request that is no batch.
-func (b *batchRun) learn(q *throttle.Queue, f *failure) {
+func (b *batchRun) learn(q *throttle.Queue, ans *answer) {
 	if b == nil {
 		return
 	}
@@ -194,7 +194,7 @@ func (b *batchRun) learn(q *throttle.Queue, f *failure) {
 		back := func() time.Time { return a.back }
 		outcome, hold, policyHold := verdict(a.Status, a.Header, back)
 		if policyHold {
-			hold = f.policyHold()
+			hold = ans.policyHold()
 		}
 		if outcome != throttle.Failed {
 			q.ReportItem(a.request(b.req), a.sent, outcome, hold, a.Header, back)

@@ -107,8 +107,8 @@ func TestBatchItemAnswered(t *testing.T) {
 	discard(resp)
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode, "the stand-in names the throttled item's status")
 	assert.True(t, b.answeredByItems())
-	f := r.failure(1, req, resp, nil)
-	a := f.attempt()
+	ans := r.newAnswer(1, req, resp, nil)
+	a := ans.attempt()
 	assert.Equal(t, 7*time.Second, a.RetryAfter, "the attempt names the item's Retry-After")
 	assert.True(t, a.HasRetryAfter)
 	assert.Empty(t, resp.Header.Get(headerRetryAfterMs), "the stand-in's header is not read back")
@@ -218,8 +218,8 @@ func TestLearnItem(t *testing.T) {
 				url:  u, sent: t0, back: t0,
 			}}
 			r := &run{h: h, policy: h.policy, batch: b, start: t0}
-			f := r.failure(1, breq, nil, nil)
-			b.learn(h.queue, &f)
+			ans := r.newAnswer(1, breq, nil, nil)
+			b.learn(h.queue, &ans)
 
 			single, err := http.NewRequest(http.MethodGet, tt.single, nil)
 			require.NoError(t, err)

@@ -205,29 +205,29 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 			wrote.release()
 			// The queue let the attempt go and counts it in flight until
 			// it hears of it.
-			f := r.failure(retry+1, nil, nil, err)
-			r.observe(&f, pass)
+			ans := r.newAnswer(retry+1, nil, nil, err)
+			r.observe(&ans, pass)
 			return r.giveUp(retry, stopRewind, fmt.Errorf("preparing attempt %d: %w", retry+1, err))
 		}
 		r.drop()
 		resp, err := r.send(attemptReq, retry)
 		r.current = resp
-		f := r.failure(retry+1, attemptReq, resp, err)
+		ans := r.newAnswer(retry+1, attemptReq, resp, err)
 		r.obs.sent(ctx, err)
 		// Every admitted attempt is reported, a canceled one too, so that a
 		// probe it was does not hold its scope.
-		r.observe(&f, pass)
+		r.observe(&ans, pass)
 		if err != nil && ctx.Err() != nil {
 			wrote.release()
 			discard(resp)
 			r.current = nil
 			return nil, r.canceled(ctx, retry+1)
 		}
-		stop := r.classify(&f, wrote)
+		stop := r.classify(&ans, wrote)
 		wrote.release()
 		var delay time.Duration
 		if stop == "" {
-			delay, stop = r.retryDelay(ctx, &f)
+			delay, stop = r.retryDelay(ctx, &ans)
 		}
 		unpeek(resp)
 		r.current, r.last, r.lastErr = nil, resp, err
@@ -236,7 +236,7 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 		}
 		actx = r.obs.retrying(ctx, retry+1, resp, err, delay)
 		r.last = keep(resp)
-		notBefore = f.back.now().Add(delay)
+		notBefore = ans.back.now().Add(delay)
 	}
 }
 
@@ -344,31 +344,31 @@ func (r *run) queue() *throttle.Queue {
 // attempt, and to the items of a JSON batch, so that requests to a
 // throttled target are held and its scope's pace is learned. It runs even
 // for a request that opted out of the queue, for the others' sake.
-func (r *run) observe(f *failure, pass throttle.Pass) {
+func (r *run) observe(ans *answer, pass throttle.Pass) {
 	q := r.h.queue
 	if q == nil {
 		return
 	}
-	r.batch.learn(q, f)
+	r.batch.learn(q, ans)
 	outcome, hold := throttle.Failed, time.Duration(0)
 	switch {
-	case f.err != nil || f.resp == nil:
+	case ans.err != nil || ans.resp == nil:
 	case r.batch.answeredByItems():
 		// The batch itself was answered; its items are throttled one by
 		// one, and its stand-in says nothing of the batch's own URL.
 		outcome = throttle.Succeeded
 	default:
 		var policyHold bool
-		outcome, hold, policyHold = verdict(f.resp.StatusCode, f.resp.Header, f.back.now)
+		outcome, hold, policyHold = verdict(ans.resp.StatusCode, ans.resp.Header, ans.back.now)
 		if policyHold {
-			hold = f.policyHold()
+			hold = ans.policyHold()
 		}
 	}
 	var header http.Header
-	if f.resp != nil {
-		header = f.resp.Header
+	if ans.resp != nil {
+		header = ans.resp.Header
 	}
-	q.Report(r.req, pass, outcome, hold, header, f.back.now)
+	q.Report(r.req, pass, outcome, hold, header, ans.back.now)
 }
 
 // verdict is what an answer with status and header tells the throttle
@@ -456,19 +456,19 @@ const (
 	stopRewind        = "body not rewound"
 )
 
-// classify returns "" when the answer f failed in a way worth retrying,
+// classify returns "" when ans failed in a way worth retrying,
 // or why it is final. A policy that implements options.Classifier decides
 // which attempts failed when it has an opinion; otherwise the status code
 // list does, and every transport error counts as a failure. wrote, when
 // not nil, tells how far a request that must not be sent twice got.
-func (r *run) classify(f *failure, wrote *writes) string {
-	resp, err := f.resp, f.err
+func (r *run) classify(ans *answer, wrote *writes) string {
+	resp, err := ans.resp, ans.err
 	if err != nil && permanent(err) {
 		return stopPermanent
 	}
 	failed := err != nil || effective.Retryable(r.opts, resp.StatusCode)
 	if c, ok := r.policy.(options.Classifier); ok {
-		if retry, decided := c.Retryable(f.attempt()); decided {
+		if retry, decided := c.Retryable(ans.attempt()); decided {
 			failed = retry
 		}
 	}
@@ -563,14 +563,14 @@ func (w *writes) release() {
 }
 
 // retryDelay applies the handler's rules on top of the policy: it returns
-// the delay before the retry the failed answer f would lead to, or why
+// the delay before the retry the failed answer would lead to, or why
 // that retry may not be made.
-func (r *run) retryDelay(ctx context.Context, f *failure) (time.Duration, string) {
-	if max := r.limits.MaxRetries; max < 0 || max > 0 && f.n > max {
+func (r *run) retryDelay(ctx context.Context, ans *answer) (time.Duration, string) {
+	if max := r.limits.MaxRetries; max < 0 || max > 0 && ans.n > max {
 		return 0, stopRetries
 	}
-	a := f.attempt()
-	delay, ok := f.next()
+	a := ans.attempt()
+	delay, ok := ans.next()
 	if !ok {
 		return 0, stopPolicy
 	}
