@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"time"
 
@@ -39,4 +40,22 @@ func Example() {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// When Redis cannot be reached, a call fails open at once with
+// ErrUnavailable: the process goes on with its own state, and the store
+// never costs it a request.
+func Example_unavailable() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}) // nothing listens there
+	defer rdb.Close()
+	store, err := redisstore.New(rdb, redisstore.WithTimeout(100*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+
+	err = store.MarkActive(context.Background(), "graph.microsoft.com")
+	fmt.Println("unavailable:", errors.Is(err, redisstore.ErrUnavailable))
+	// Output:
+	// unavailable: true
 }
