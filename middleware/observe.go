@@ -39,6 +39,8 @@ type observer struct {
 	retry   attribute.Set // metric attributes of the retry in flight
 	pending bool          // a retry was decided and not yet sent
 	heldAt  time.Time     // when the queue began holding the request; zero when not held
+	// outageAt is when a host that is down began holding the request.
+	outageAt time.Time
 }
 
 // observabilityKey is the context key of kiota-http-go's
@@ -228,6 +230,8 @@ func stopAttribute(why string) string {
 		return observability.StopPermanentError
 	case stopRewind:
 		return observability.StopRewindFailed
+	case stopBudget:
+		return observability.StopRetryBudget
 	}
 	return ""
 }

@@ -86,6 +86,30 @@ const (
 	// for /v1.0/users/{id}, "users/{id}" with the id for
 	// /v1.0/users/{id}/messages).
 	QueueScopeKey = attribute.Key(Namespace + "queue.scope")
+	// HostStateKey (string) is what the handler believes of a host, one
+	// of "up", "down" or "probing" (options.HostState), on MetricHostState.
+	HostStateKey = attribute.Key(Namespace + "host.state")
+	// OutageWokenEarlyKey (bool) says, on EventOutageReleased, that the
+	// request went before its own backoff ran out because a probe found
+	// its host up again.
+	OutageWokenEarlyKey = attribute.Key(Namespace + "outage.woken_early")
+	// HandBackKindKey (string) says what was handed back, one of the
+	// HandBackKind values, on EventHandedBack and MetricHandBacks.
+	HandBackKindKey = attribute.Key(Namespace + "hand_back.kind")
+	// HandBackDelayKey (double, seconds) is how long after the hand-back
+	// the request may be tried again, on EventHandedBack.
+	HandBackDelayKey = attribute.Key(Namespace + "hand_back.delay")
+)
+
+// Values of HandBackKindKey.
+const (
+	// HandBackResponse: a throttled (or, with options.HandBackAll, failed)
+	// answer was returned at once instead of retried after its delay.
+	HandBackResponse = "response"
+	// HandBackHold: a request the throttle queue (or, with
+	// options.HandBackAll, a host that is down) would hold was returned
+	// at once with an error, no attempt sent.
+	HandBackHold = "hold"
 )
 
 // Values of RetryReasonKey.
@@ -132,6 +156,10 @@ const (
 	// StopRewindFailed: the request body could not be rewound for the next
 	// attempt.
 	StopRewindFailed = "rewind_failed"
+	// StopRetryBudget: the host's retry budget was spent: it was sent as
+	// many retries of failures as half its requests allow (see
+	// docs/outages.md).
+	StopRetryBudget = "retry_budget"
 )
 
 // Span event names. The events are added to the SpanIntercept span.
@@ -150,6 +178,20 @@ const (
 	// 504, or 424 for the items depending on them), as retry
 	// HTTPRequestResendCountKey. One event per status code and resend.
 	EventBatchItemsResent = Namespace + "batch.items_resent"
+	// EventOutageHeld: the request's host is down and the request is held
+	// behind the probe that tests it.
+	EventOutageHeld = Namespace + "outage.held"
+	// EventOutageReleased: the host let the held request go (as a probe,
+	// or because a probe found the host up, OutageWokenEarlyKey true when
+	// before its own backoff ran out) or its limits ended the hold.
+	EventOutageReleased = Namespace + "outage.released"
+	// EventOutageProbe: the request's next attempt is the probe of its
+	// host, which is down.
+	EventOutageProbe = Namespace + "outage.probe"
+	// EventHandedBack: the request was handed back to the caller
+	// (options.HandBack), of HandBackKindKey, to be tried again after
+	// HandBackDelayKey seconds.
+	EventHandedBack = Namespace + "handed_back"
 )
 
 // Metric names and units. Units follow UCUM as the OpenTelemetry
@@ -191,4 +233,23 @@ const (
 	// MetricQueueBudgetRemaining reports, when the server named it.
 	MetricQueueBudgetLimit = Namespace + "queue.budget.limit"
 	UnitQueueBudgetLimit   = "{request}"
+	// MetricHostState is, for each host the handler keeps outage state
+	// for, 1 for the state it is in and 0 for the others, by
+	// ServerAddressKey and HostStateKey: a host seen down, probed, and up
+	// again. Hosts that never failed are not reported.
+	MetricHostState = Namespace + "host.state"
+	UnitHostState   = "1"
+	// MetricOutageProbes counts the probes sent to hosts that were down,
+	// by ServerAddressKey.
+	MetricOutageProbes = Namespace + "outage.probes"
+	UnitOutageProbes   = "{probe}"
+	// MetricOutageWokenEarly counts the retries that went before their own
+	// backoff ran out because a probe found their host up again, by
+	// ServerAddressKey.
+	MetricOutageWokenEarly = Namespace + "outage.woken_early"
+	UnitOutageWokenEarly   = "{request}"
+	// MetricHandBacks counts the requests handed back to their callers, by
+	// HandBackKindKey.
+	MetricHandBacks = Namespace + "hand_backs"
+	UnitHandBacks   = "{request}"
 )

@@ -90,6 +90,12 @@ type RetryHandlerOptions struct {
 	// completed; the zero value turns completion on. Set per request,
 	// Batch.Disabled returns that batch as the server answered it.
 	Batch BatchOptions
+	// Outage configures hold-and-probe of a host that is down and the
+	// budget on retries of failures; the zero value turns both on.
+	Outage OutageOptions
+	// HandBack says which waits are handed back to the caller at once
+	// instead of waited out. 0: HandBackNone, every wait is waited out.
+	HandBack HandBack
 	// Clock is the source of time for delays, limits and timeouts.
 	// nil: the system clock. It is a handler-wide setting: the handler's
 	// clock is used even when a per-request option sets its own.
@@ -122,7 +128,11 @@ func (o *RetryHandlerOptions) Validate() error {
 		duration{"RetriesTimeLimit", o.RetriesTimeLimit},
 		duration{"AttemptTimeout", o.AttemptTimeout},
 		duration{"Queue.Recovery", o.Queue.Recovery},
+		duration{"Outage.MaxProbeInterval", o.Outage.MaxProbeInterval},
 	); err != nil {
+		return err
+	}
+	if err := o.HandBack.validate(); err != nil {
 		return err
 	}
 	if o.InitialDelay > 0 && o.MaxDelay > 0 && o.InitialDelay > o.MaxDelay {

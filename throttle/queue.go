@@ -699,8 +699,8 @@ func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, sent, now 
 	sc.budget.refresh(b, sent, now, sc.inflight)
 }
 
-// ErrHoldTooLong is returned by Admit, at once, when the throttles the
-// request matches would hold it past its deadline: a retry is better not
+// ErrHoldTooLong is wrapped by the *HoldError Admit returns, at once, when
+// the throttles the request matches would hold it past its deadline: a retry is better not
 // made, and the answer in hand returned; a first attempt, with no answer in
 // hand, is best sent at once for the server to answer.
 var ErrHoldTooLong = errors.New("throttle: held past the request's limits")
@@ -720,7 +720,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 	}
 	if !deadline.IsZero() && eligible.After(deadline) {
 		s.mu.Unlock()
-		return Pass{}, ErrHoldTooLong
+		return Pass{}, &HoldError{Until: eligible}
 	}
 	sc := h.scope
 	if sc == nil {
@@ -793,7 +793,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				sc.kick()
 				q.dropIdle(s, sc, now)
 				s.mu.Unlock()
-				return Pass{}, ErrHoldTooLong
+				return Pass{}, &HoldError{Until: at}
 			}
 			if !at.After(now) {
 				heap.Remove(&sc.waiters, w.index)
@@ -821,9 +821,12 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			now = q.clock.Now()
 			if !deadline.IsZero() && (w.eligible.After(deadline) || !now.Before(deadline)) {
 				heap.Remove(&sc.waiters, w.index)
+				// Behind others: no sooner than its own time and the
+				// scope's next release.
+				until := later(later(w.eligible, now), sc.pacer.next(now))
 				q.dropIdle(s, sc, now)
 				s.mu.Unlock()
-				return Pass{}, ErrHoldTooLong
+				return Pass{}, &HoldError{Until: until}
 			}
 			s.mu.Unlock()
 			held(now, now.Add(time.Nanosecond))

@@ -31,6 +31,9 @@ type Instruments struct {
 	queueDuration metric.Float64Histogram
 	held          metric.Int64UpDownCounter
 	batchItems    metric.Int64Counter
+	probes        metric.Int64Counter
+	wokenEarly    metric.Int64Counter
+	handBacks     metric.Int64Counter
 }
 
 // New creates the handler's instruments from mp, under the meter
@@ -77,7 +80,21 @@ func New(mp metric.MeterProvider) *Instruments {
 		report(observability.MetricBatchItemsResent, err)
 		in.batchItems = noop.Int64Counter{}
 	}
+	in.probes = counter(m, observability.MetricOutageProbes, observability.UnitOutageProbes, "Probes sent to hosts that were down.")
+	in.wokenEarly = counter(m, observability.MetricOutageWokenEarly, observability.UnitOutageWokenEarly,
+		"Retries sent before their backoff ran out because a probe found their host up again.")
+	in.handBacks = counter(m, observability.MetricHandBacks, observability.UnitHandBacks, "Requests handed back to their callers instead of waited out.")
 	return in
+}
+
+// counter creates an Int64Counter, or a no-op one when the meter fails.
+func counter(m metric.Meter, name, unit, description string) metric.Int64Counter {
+	c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(description))
+	if err != nil || c == nil {
+		report(name, err)
+		return noop.Int64Counter{}
+	}
+	return c
 }
 
 func report(name string, err error) {
@@ -124,4 +141,21 @@ func (in *Instruments) Released(ctx context.Context, d time.Duration) {
 // answered status.
 func (in *Instruments) BatchItemsResent(ctx context.Context, status, n int) {
 	in.batchItems.Add(ctx, int64(n), metric.WithAttributes(observability.HTTPResponseStatusCodeKey.Int(status)))
+}
+
+// Probe counts a probe sent to host, which was down.
+func (in *Instruments) Probe(ctx context.Context, host string) {
+	in.probes.Add(ctx, 1, metric.WithAttributes(observability.ServerAddressKey.String(host)))
+}
+
+// WokenEarly counts a retry to host sent before its backoff ran out
+// because a probe found the host up again.
+func (in *Instruments) WokenEarly(ctx context.Context, host string) {
+	in.wokenEarly.Add(ctx, 1, metric.WithAttributes(observability.ServerAddressKey.String(host)))
+}
+
+// HandedBack counts a request handed back to its caller; kind is a
+// HandBackKindKey value.
+func (in *Instruments) HandedBack(ctx context.Context, kind string) {
+	in.handBacks.Add(ctx, 1, metric.WithAttributes(observability.HandBackKindKey.String(kind)))
 }
