@@ -52,6 +52,7 @@ func (r *run) passGate(ctx context.Context, retry int, notBefore *time.Time, now
 	a := outage.Attempt{NotBefore: *notBefore, Deadline: deadline, First: retry == 0, AfterFailure: retry > 0 && r.afterFailure}
 	if t, ok := g.Pass(host, a); ok {
 		// Nothing to hold it for: its own time is waited below.
+		t.Sent = now
 		r.ticket = t
 		return "", nil
 	}

@@ -137,9 +137,14 @@ func TestNewBrokenProvider(t *testing.T) {
 	in.Held(ctx)
 	in.Released(ctx, time.Second)
 	in.BatchItemsResent(ctx, 429, 3)
+	in.Probe(ctx, "graph.example")
+	in.WokenEarly(ctx, "graph.example")
+	in.HandedBack(ctx, observability.HandBackHold)
 
-	require.Len(t, rec.errs, 5)
-	for i, name := range []string{observability.MetricRetries, observability.MetricDelay, observability.MetricQueueDuration, observability.MetricQueueHeldRequests, observability.MetricBatchItemsResent} {
+	names := []string{observability.MetricRetries, observability.MetricDelay, observability.MetricQueueDuration, observability.MetricQueueHeldRequests,
+		observability.MetricBatchItemsResent, observability.MetricOutageProbes, observability.MetricOutageWokenEarly, observability.MetricHandBacks}
+	require.Len(t, rec.errs, len(names))
+	for i, name := range names {
 		assert.ErrorIs(t, rec.errs[i], errBroken)
 		assert.Contains(t, rec.errs[i].Error(), name)
 	}

@@ -36,6 +36,9 @@ func (hs *Hosts) register(mp metric.MeterProvider) error {
 		}
 		hs.hosts.Range(func(k, v any) bool {
 			h := v.(*host)
+			if !h.failed.Load() {
+				return true
+			}
 			h.mu.Lock()
 			state := h.state
 			h.mu.Unlock()

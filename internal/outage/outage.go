@@ -30,6 +30,11 @@ const (
 	// idleAfter is how long a host must be up, unheld and without an
 	// answer before its state is forgotten (its budget full again).
 	idleAfter = time.Minute
+	// coldWait bounds how long first attempts to a host never heard from
+	// wait for its first answer once downAfter of them are out: a server
+	// that fails answers within a round trip, and one that is slow to
+	// answer keeps the others waiting no longer than this, once.
+	coldWait = 500 * time.Millisecond
 )
 
 // Errors Admit returns instead of letting an attempt go.
@@ -139,10 +144,14 @@ type host struct {
 	key    string
 	tokens atomic.Int64 // the retry budget, in milli-tokens
 	streak atomic.Int32 // failures in a row
-	// gated is set while the host is down, probing or ramping up: only
-	// then does an attempt that is not a retry of a failure take the lock.
+	// gated is set while the host is cold, down, probing or ramping up:
+	// only then does an attempt that is not a retry of a failure take the
+	// lock.
 	gated atomic.Bool
-	seen  atomic.Int64 // Unix nanoseconds of the last report
+	seen  atomic.Int64 // Unix second of the last report
+	// failed is set at the host's first failure: only such hosts are
+	// reported in telemetry.
+	failed atomic.Bool
 
 	mu        sync.Mutex
 	state     options.HostState
@@ -151,11 +160,19 @@ type host struct {
 	prober    *waiter   // the waiter elected to probe next
 	ramp      ramp
 	waiters   waitList
+	// cold is set until the host's first answer: no more than downAfter
+	// first attempts go before it (coldSent), for at most coldWait
+	// (until coldUntil), so that a host down from the start is not sent a
+	// whole burst before the evidence can show it.
+	cold      bool
+	coldSent  int
+	coldUntil time.Time
 }
 
 // waiter is one attempt in a host's line.
 type waiter struct {
 	notBefore    time.Time
+	first        bool
 	afterFailure bool
 	// slot is set when a recovery released the waiter: when it goes.
 	slot   time.Time
@@ -196,6 +213,9 @@ func (hs *Hosts) Admit(ctx context.Context, host string, a Attempt, obs Observer
 // budget and returns the ticket. It takes no lock.
 func (hs *Hosts) Pass(host string, a Attempt) (Ticket, bool) {
 	h := hs.lookup(host)
+	if h == nil && a.First {
+		h = hs.create(host) // nil past maxHosts: fails open
+	}
 	if h != nil && (a.AfterFailure || h.gated.Load()) {
 		return Ticket{}, false
 	}
@@ -217,7 +237,7 @@ type decision struct {
 }
 
 func (hs *Hosts) acquire(ctx context.Context, h *host, a Attempt, obs Observer) (Ticket, error) {
-	w := &waiter{notBefore: a.NotBefore, afterFailure: a.AfterFailure, wake: make(chan struct{}, 1)}
+	w := &waiter{notBefore: a.NotBefore, first: a.First, afterFailure: a.AfterFailure, wake: make(chan struct{}, 1)}
 	var changes []change
 	h.mu.Lock()
 	h.waiters.push(w)
@@ -291,11 +311,24 @@ func (hs *Hosts) decide(h *host, w *waiter, now time.Time, changes *[]change) de
 		return decision{at: w.notBefore}
 	}
 	if h.state == options.HostUp {
+		if h.cold && w.first {
+			switch {
+			case !now.Before(h.coldUntil):
+				h.warm()
+			case h.coldSent < downAfter:
+				h.coldSent++
+				return decision{pass: true}
+			default:
+				return decision{at: h.coldUntil}
+			}
+		}
 		if h.ramp.on(now) {
 			w.slot = h.ramp.claim(now)
 			return hs.decide(h, w, now, changes)
 		}
-		h.gated.Store(false)
+		if !h.cold {
+			h.gated.Store(false)
+		}
 		if w.afterFailure && !h.take() {
 			return decision{refuse: ErrBudget}
 		}
@@ -352,8 +385,9 @@ func (hs *Hosts) Report(host string, t Ticket, o Outcome, next time.Duration) {
 			return
 		}
 	}
-	now := hs.clock.Now()
-	h.seen.Store(now.UnixNano())
+	if sec := t.Sent.Unix(); !t.Sent.IsZero() && h.seen.Load() < sec {
+		h.seen.Store(sec)
+	}
 	switch o {
 	case Answered:
 		if t.charged {
@@ -365,14 +399,26 @@ func (hs *Hosts) Report(host string, t Ticket, o Outcome, next time.Duration) {
 		if !t.Probe && !h.gated.Load() {
 			return
 		}
+		now := hs.clock.Now()
 		var changes []change
 		h.mu.Lock()
+		if h.cold {
+			h.warm()
+		}
 		if h.state != options.HostUp {
 			hs.recover(h, now, &changes)
+		}
+		if h.state == options.HostUp && !h.ramp.on(now) {
+			h.gated.Store(false)
 		}
 		h.mu.Unlock()
 		hs.notify(h, changes)
 	case Failed:
+		now := hs.clock.Now()
+		h.seen.Store(now.Unix())
+		if !h.failed.Load() {
+			h.failed.Store(true)
+		}
 		n := h.streak.Add(1)
 		if !t.Probe && n < downAfter {
 			return
@@ -397,6 +443,7 @@ func (hs *Hosts) Report(host string, t Ticket, o Outcome, next time.Duration) {
 		if !t.Probe {
 			return
 		}
+		now := hs.clock.Now()
 		var changes []change
 		h.mu.Lock()
 		if h.state == options.HostProbing {
@@ -414,6 +461,7 @@ func (hs *Hosts) Report(host string, t Ticket, o Outcome, next time.Duration) {
 // back, and the first ready waiter may probe at once. Called with h.mu held.
 func (hs *Hosts) down(h *host, now time.Time, changes *[]change) {
 	h.setState(options.HostDown, now, changes)
+	h.cold = false
 	h.gated.Store(true)
 	h.nextProbe, h.probeSent = now, time.Time{}
 	h.ramp = ramp{}
@@ -441,6 +489,15 @@ func (hs *Hosts) recover(h *host, now time.Time, changes *[]change) {
 		w.slot = h.ramp.claim(now)
 		w.credit = w.afterFailure
 		w.early = w.notBefore.After(w.slot)
+		signal(w)
+	}
+}
+
+// warm ends h's cold start: its first attempts go freely from now on.
+// Called with h.mu held.
+func (h *host) warm() {
+	h.cold = false
+	for w := h.waiters.first; w != nil; w = w.next {
 		signal(w)
 	}
 }
@@ -514,7 +571,8 @@ func (hs *Hosts) create(key string) *host {
 	if hs.count.Load() >= maxHosts {
 		return nil
 	}
-	h := &host{key: key}
+	h := &host{key: key, cold: true, coldUntil: hs.clock.Now().Add(coldWait)}
+	h.gated.Store(true)
 	h.tokens.Store(budgetCap * milliToken)
 	v, loaded := hs.hosts.LoadOrStore(key, h)
 	if !loaded {
@@ -527,18 +585,18 @@ func (hs *Hosts) create(key string) *host {
 // and had no answer for idleAfter. It runs as a host is added, at most once
 // per idleAfter, so that state grows only with the hosts failing now.
 func (hs *Hosts) sweep() {
-	now := hs.clock.Now().UnixNano()
+	now := hs.clock.Now()
 	last := hs.swept.Load()
-	if now-last < int64(idleAfter) || !hs.swept.CompareAndSwap(last, now) {
+	if now.UnixNano()-last < int64(idleAfter) || !hs.swept.CompareAndSwap(last, now.UnixNano()) {
 		return
 	}
 	hs.hosts.Range(func(k, v any) bool {
 		h := v.(*host)
-		if now-h.seen.Load() < int64(idleAfter) || h.tokens.Load() < budgetCap*milliToken {
+		if now.Unix()-h.seen.Load() < int64(idleAfter/time.Second) || h.tokens.Load() < budgetCap*milliToken {
 			return true
 		}
 		h.mu.Lock()
-		idle := h.state == options.HostUp && h.waiters.first == nil && !h.gated.Load()
+		idle := h.state == options.HostUp && h.waiters.first == nil && !h.ramp.on(now)
 		h.mu.Unlock()
 		if idle && hs.hosts.CompareAndDelete(k, h) {
 			hs.count.Add(-1)
