@@ -262,7 +262,7 @@ func (hs *Hosts) acquire(ctx context.Context, h *host, a Attempt, obs Observer) 
 		if !a.Deadline.IsZero() && (d.at.After(a.Deadline) || d.at.IsZero() && !now.Before(a.Deadline)) {
 			until := d.at
 			if until.IsZero() {
-				until = later(h.nextProbe, now.Add(hs.maxProbe))
+				until = later(hs.probeAt(h), now) // held until the next probe tells
 			}
 			changes = hs.leave(h, w, now, changes)
 			h.mu.Unlock()
@@ -341,13 +341,7 @@ func (hs *Hosts) decide(h *host, w *waiter, now time.Time, changes *[]change) de
 	if h.prober != w {
 		return decision{held: true}
 	}
-	next := h.nextProbe
-	if !h.probeSent.IsZero() {
-		// A probe is out; one that has been out for a whole interval
-		// without an answer does not stop the next.
-		next = later(next, h.probeSent.Add(hs.maxProbe))
-	}
-	if now.Before(next) {
+	if next := hs.probeAt(h); now.Before(next) {
 		return decision{at: next, held: true}
 	}
 	if w.afterFailure && !h.take() {
@@ -356,6 +350,16 @@ func (hs *Hosts) decide(h *host, w *waiter, now time.Time, changes *[]change) de
 	h.probeSent = now
 	h.setState(options.HostProbing, now, changes)
 	return decision{pass: true, probe: true}
+}
+
+// probeAt returns when the next probe of h, which is down, may go. A probe
+// that is out and has been for a whole interval without an answer does
+// not stop the next. Called with h.mu held.
+func (hs *Hosts) probeAt(h *host) time.Time {
+	if h.probeSent.IsZero() {
+		return h.nextProbe
+	}
+	return later(h.nextProbe, h.probeSent.Add(hs.maxProbe))
 }
 
 // leave takes w out of h's line; if it was to probe, the next ready
@@ -378,10 +382,12 @@ func (hs *Hosts) leave(h *host, w *waiter, now time.Time, changes []change) []ch
 func (hs *Hosts) Report(host string, t Ticket, o Outcome, next time.Duration) {
 	h := t.h
 	if h == nil {
-		if o != Failed {
-			return // a host that never failed keeps no state
+		// An attempt that did not pass the gate (its request opted out)
+		// still tells the others.
+		if h = hs.lookup(host); h == nil && o == Failed {
+			h = hs.create(host)
 		}
-		if h = hs.create(host); h == nil {
+		if h == nil {
 			return
 		}
 	}
