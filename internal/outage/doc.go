@@ -28,23 +28,30 @@
 //
 // # The retry budget
 //
-// Each host has a token bucket, gRPC's retry throttling in the terms of the
-// AWS SDK's retry quota. It holds up to budgetCap tokens and starts full;
-// each request's first attempt puts in retryRatio (half a token); each
-// retry of a failure takes a whole one when it is sent, and a retry the
-// host answers gives it back. A retry that finds less than a token is not
-// made: the caller gets the answer in hand. So a host that fails every
-// request is sent at most budgetCap plus half as many retries as there were
-// requests, however many are in flight, while a host that fails a share of
-// requests at random keeps getting the retries as long as they are answered
-// often enough to pay for themselves: at 30 % failing, a request needs 0.43
-// retries on average, of which 0.3 fail for good. Retries of throttles are
-// not counted: their pace is the throttle queue's. Requests released by a
-// successful probe take their token even when the bucket is empty (it goes
-// below zero) and give it back when answered, so that a recovery is never
-// refused for a debt the outage ran up.
+// Each host has a retry budget in the manner of Finagle's RetryBudget, with
+// the AWS SDK's refund: over the last budgetWindow (10 s), the retries of
+// failures sent to the host, less those it answered, may not exceed
+// budgetReserve (10) plus retryRatio (half) of the requests sent to it. A
+// retry the budget refuses is not made: the caller gets the answer in hand.
+// So a host that fails every request is sent at most half as many retries
+// as requests, plus ten per window, however many are in flight; a host that
+// fails a share at random keeps getting its retries while they are answered
+// often enough to pay for themselves (at 30 % failing, a request needs 0.43
+// retries on average, of which 0.13 fail again). Not counted: retries of
+// throttles, whose pace is the throttle queue's; probes, at most one a
+// probe interval, which are the reserve's as Finagle's retries per second
+// are; and requests released by a successful probe, which are charged
+// whatever the budget says (and given back when answered), so that a
+// recovery is never refused for what the outage spent.
 //
-// A host no request ever failed on has no state here and costs a map
-// lookup; state is kept for at most maxHosts hosts and forgotten once a
-// host is up, idle and its bucket full again.
+// # A host never heard from
+//
+// Until a host's first answer, no more than downAfter first attempts go to
+// it, and the others wait for that answer, at most coldWait (0.5 s): a host
+// down from the start is then sent what shows it down, not the whole
+// burst of a thousand workers starting at once.
+//
+// A host that answers costs a map lookup and an atomic add per request,
+// and no lock; state is kept for at most maxHosts hosts and forgotten once
+// a host is up and has been idle for idleAfter.
 package outage

@@ -142,7 +142,7 @@ func New(clock options.Clock, o options.OutageOptions, mp metric.MeterProvider) 
 // host is what the gate knows of one host.
 type host struct {
 	key    string
-	tokens atomic.Int64 // the retry budget, in milli-tokens
+	budget budget
 	streak atomic.Int32 // failures in a row
 	// gated is set while the host is cold, down, probing or ramping up:
 	// only then does an attempt that is not a retry of a failure take the
@@ -201,7 +201,7 @@ func (hs *Hosts) Admit(ctx context.Context, host string, a Attempt, obs Observer
 	}
 	h := hs.lookup(host)
 	if a.First {
-		h.deposit()
+		h.budget.request(a.NotBefore)
 	}
 	return hs.acquire(ctx, h, a, obs)
 }
@@ -220,7 +220,7 @@ func (hs *Hosts) Pass(host string, a Attempt) (Ticket, bool) {
 		return Ticket{}, false
 	}
 	if a.First && h != nil {
-		h.deposit()
+		h.budget.request(a.NotBefore)
 	}
 	return Ticket{h: h}, true
 }
@@ -257,7 +257,7 @@ func (hs *Hosts) acquire(ctx context.Context, h *host, a Attempt, obs Observer) 
 			if d.refuse != nil {
 				return Ticket{h: h}, d.refuse
 			}
-			return Ticket{Probe: d.probe, Early: w.early, Sent: now, h: h, charged: w.afterFailure}, nil
+			return Ticket{Probe: d.probe, Early: w.early, Sent: now, h: h, charged: w.afterFailure && !d.probe}, nil
 		}
 		if !a.Deadline.IsZero() && (d.at.After(a.Deadline) || d.at.IsZero() && !now.Before(a.Deadline)) {
 			until := d.at
@@ -299,9 +299,7 @@ func (hs *Hosts) decide(h *host, w *waiter, now time.Time, changes *[]change) de
 			return decision{at: w.slot, held: w.credit}
 		}
 		if w.afterFailure {
-			if w.credit {
-				h.tokens.Add(-milliToken)
-			} else if !h.take() {
+			if !h.budget.take(now, w.credit) {
 				return decision{refuse: ErrBudget}
 			}
 		}
@@ -329,7 +327,7 @@ func (hs *Hosts) decide(h *host, w *waiter, now time.Time, changes *[]change) de
 		if !h.cold {
 			h.gated.Store(false)
 		}
-		if w.afterFailure && !h.take() {
+		if w.afterFailure && !h.budget.take(now, false) {
 			return decision{refuse: ErrBudget}
 		}
 		return decision{pass: true}
@@ -344,9 +342,8 @@ func (hs *Hosts) decide(h *host, w *waiter, now time.Time, changes *[]change) de
 	if next := hs.probeAt(h); now.Before(next) {
 		return decision{at: next, held: true}
 	}
-	if w.afterFailure && !h.take() {
-		return decision{refuse: ErrBudget}
-	}
+	// A probe is not charged: one a probe interval at most, it is the
+	// budget's reserve, as Finagle's retries per second are.
 	h.probeSent = now
 	h.setState(options.HostProbing, now, changes)
 	return decision{pass: true, probe: true}
@@ -397,7 +394,7 @@ func (hs *Hosts) Report(host string, t Ticket, o Outcome, next time.Duration) {
 	switch o {
 	case Answered:
 		if t.charged {
-			h.refund()
+			h.budget.refund(t.Sent)
 		}
 		if h.streak.Load() != 0 {
 			h.streak.Store(0)
@@ -579,7 +576,6 @@ func (hs *Hosts) create(key string) *host {
 	}
 	h := &host{key: key, cold: true, coldUntil: hs.clock.Now().Add(coldWait)}
 	h.gated.Store(true)
-	h.tokens.Store(budgetCap * milliToken)
 	v, loaded := hs.hosts.LoadOrStore(key, h)
 	if !loaded {
 		hs.count.Add(1)
@@ -587,8 +583,8 @@ func (hs *Hosts) create(key string) *host {
 	return v.(*host)
 }
 
-// sweep forgets the hosts that are up, hold nobody, have their budget full
-// and had no answer for idleAfter. It runs as a host is added, at most once
+// sweep forgets the hosts that are up, hold nobody and had no answer for
+// idleAfter (longer than the budget's window). It runs as a host is added, at most once
 // per idleAfter, so that state grows only with the hosts failing now.
 func (hs *Hosts) sweep() {
 	now := hs.clock.Now()
@@ -598,7 +594,7 @@ func (hs *Hosts) sweep() {
 	}
 	hs.hosts.Range(func(k, v any) bool {
 		h := v.(*host)
-		if now.Unix()-h.seen.Load() < int64(idleAfter/time.Second) || h.tokens.Load() < budgetCap*milliToken {
+		if now.Unix()-h.seen.Load() < int64(idleAfter/time.Second) {
 			return true
 		}
 		h.mu.Lock()

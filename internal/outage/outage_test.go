@@ -271,50 +271,39 @@ func TestDownAgainDuringTheRamp(t *testing.T) {
 func TestRetryBudget(t *testing.T) {
 	tests := []struct {
 		name     string
-		requests int       // first attempts before the retries
-		answered []Outcome // the answers to the retries made
-		retries  int       // asked
-		want     int       // made
+		requests int           // first attempts besides warm's one
+		answered int           // of the first retries made, answered
+		later    time.Duration // when the retries are asked
+		asked    int
+		want     int
 	}{
-		{"a full bucket: budgetCap retries", 0, nil, 12, budgetCap},
-		{"each request adds half a retry", 6, nil, 20, budgetCap + 3},
-		{"an answered retry gives its token back", 0, []Outcome{Answered, Answered, Answered}, 12, budgetCap},
+		{"the reserve and warm's half", 0, 0, 0, 15, budgetReserve},
+		{"each request adds half a retry", 6, 0, 0, 20, budgetReserve + 3},
+		{"an answered retry gives its share back", 0, 3, 0, 15, budgetReserve + 3},
+		{"requests older than the window no longer count", 6, 0, budgetWindow, 20, budgetReserve},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := clocktest.New(t0)
 			hs := New(clk, options.OutageOptions{}, nil)
-			warm(t, hs) // bucket full
-			// Spend some first, so that deposits have room.
-			spent := 0
-			if tt.requests > 0 {
-				for range 5 {
-					_, err := hs.Admit(context.Background(), api, Attempt{NotBefore: t0, AfterFailure: true}, nil)
-					require.NoError(t, err)
-					spent++
-				}
-				for range tt.requests {
-					hs.Pass(api, Attempt{First: true})
-				}
+			warm(t, hs)
+			for range tt.requests {
+				hs.Pass(api, Attempt{NotBefore: clk.Now(), First: true})
 			}
-			made := spent
-			for i := range tt.retries - spent {
-				tk, err := hs.Admit(context.Background(), api, Attempt{NotBefore: t0, AfterFailure: true}, nil)
+			clk.Advance(tt.later)
+			made := 0
+			for range tt.asked {
+				tk, err := hs.Admit(context.Background(), api, Attempt{NotBefore: clk.Now(), AfterFailure: true}, nil)
 				if err != nil {
-					assert.ErrorIs(t, err, ErrBudget)
+					require.ErrorIs(t, err, ErrBudget)
 					continue
 				}
-				made++
-				if i < len(tt.answered) {
-					hs.Report(api, tk, tt.answered[i], 0)
+				if made < tt.answered {
+					hs.Report(api, tk, Answered, 0)
 				}
+				made++
 			}
-			want := tt.want
-			if len(tt.answered) > 0 {
-				want = tt.want + len(tt.answered)
-				want = min(want, tt.retries)
-			}
-			assert.Equal(t, want, made)
+			assert.Equal(t, tt.want, made)
 		})
 	}
 }
