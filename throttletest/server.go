@@ -91,6 +91,9 @@ type Config struct {
 	// FailureRate is the probability in [0, 1] that a request outside the
 	// outage is answered 503 without Retry-After. Zero: never.
 	FailureRate float64
+	// Flapping takes the server down and up again for as long as it runs.
+	// The zero value: never.
+	Flapping Flapping
 	// Rand returns numbers in [0, 1) to decide random failures. It is
 	// called with the server's lock held, so it need not be safe for
 	// concurrent use. nil: math/rand/v2.Float64.
@@ -130,6 +133,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("throttletest: Config.Outage = %v must not be negative", c.Outage)
 	case !(c.FailureRate >= 0 && c.FailureRate <= 1):
 		return fmt.Errorf("throttletest: Config.FailureRate = %v must be within [0, 1]", c.FailureRate)
+	case c.Flapping.Down < 0 || c.Flapping.Up < 0 || (c.Flapping.Down == 0) != (c.Flapping.Up == 0):
+		return fmt.Errorf("throttletest: Config.Flapping = %+v: Down and Up must both be positive, or both zero", c.Flapping)
 	}
 	return nil
 }
@@ -417,7 +422,8 @@ func (s *Server) account(r *http.Request, host string, now time.Time, bad bool) 
 
 	a := answer{requestID: id}
 	switch {
-	case now.Sub(s.start) < s.cfg.Outage, s.cfg.FailureRate > 0 && s.rand() < s.cfg.FailureRate:
+	case now.Sub(s.start) < s.cfg.Outage, s.cfg.Flapping.isDown(now.Sub(s.start)),
+		s.cfg.FailureRate > 0 && s.rand() < s.cfg.FailureRate:
 		a.status = http.StatusServiceUnavailable
 		s.stats.Unavailable++
 		if rec != nil {
@@ -580,4 +586,20 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		return nil, fmt.Errorf("throttletest: gzip body: %w", err)
 	}
 	return io.ReadAll(io.LimitReader(zr, maxBody))
+}
+
+// Flapping is a server that goes down and comes back over and over: from
+// its start, every request in a Down period is answered 503 without
+// Retry-After, and requests in the Up period that follows are served, and
+// so on.
+type Flapping struct {
+	Down, Up time.Duration
+}
+
+// isDown reports whether the server is down at elapsed since its start.
+func (f Flapping) isDown(elapsed time.Duration) bool {
+	if f.Down <= 0 || f.Up <= 0 {
+		return false
+	}
+	return elapsed%(f.Down+f.Up) < f.Down
 }

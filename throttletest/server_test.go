@@ -103,6 +103,9 @@ func TestConfigValidate(t *testing.T) {
 		{"negative outage", Config{Outage: -time.Second}, "Config.Outage = -1s"},
 		{"failure rate above 1", Config{FailureRate: 1.5}, "Config.FailureRate = 1.5"},
 		{"failure rate NaN", Config{FailureRate: math.NaN()}, "Config.FailureRate = NaN"},
+		{"flapping", Config{Flapping: Flapping{Down: 5 * time.Second, Up: 5 * time.Second}}, ""},
+		{"flapping never up", Config{Flapping: Flapping{Down: 5 * time.Second}}, "Config.Flapping"},
+		{"flapping negative", Config{Flapping: Flapping{Down: -1, Up: 1}}, "Config.Flapping"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -313,6 +316,29 @@ func TestServerOutage(t *testing.T) {
 	}
 	assert.Equal(t, Stats{Attempts: 4, Requests: 1, OK: 1, Throttled: 1, Unavailable: 2, ThrottledBy: map[string]int{"bucket": 1}}, h.srv.Stats())
 	assert.Equal(t, []time.Duration{2 * time.Second}, h.srv.Completions())
+}
+
+func TestServerFlapping(t *testing.T) {
+	h := newHarness(t, Config{Flapping: Flapping{Down: 5 * time.Second, Up: 5 * time.Second}})
+	steps := []struct {
+		advance time.Duration
+		want    int
+	}{
+		{0, 503},
+		{4999 * time.Millisecond, 503},
+		{time.Millisecond, 200},
+		{4999 * time.Millisecond, 200},
+		{time.Millisecond, 503},
+		{5 * time.Second, 200},
+	}
+	for i, s := range steps {
+		h.now.Advance(s.advance)
+		got := h.do(http.MethodGet, h.srv.URL+"/x", "", HeaderRequestID, "r1")
+		assert.Equal(t, s.want, got.status, "step %d", i)
+		if got.status == 503 {
+			assert.Empty(t, got.retryAfter, "a flap names no Retry-After")
+		}
+	}
 }
 
 func TestServerRandomFailures(t *testing.T) {
