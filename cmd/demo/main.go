@@ -6,7 +6,7 @@
 //
 // Usage:
 //
-//	go run ./cmd/demo [-n 600] [-c 100] [-rate 200] [-burst 20] [-failures 0.02] [-queue=true]
+//	go run ./cmd/demo [-n 600] [-c 100] [-rate 200] [-burst 20] [-failures 0.02] [-outage 0] [-queue=true]
 package main
 
 import (
@@ -22,6 +22,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,7 @@ type config struct {
 	rate         float64
 	burst        int
 	failures     float64
+	outage       time.Duration
 	queue        bool
 	postEvery    int
 	timeout      time.Duration
@@ -56,6 +58,7 @@ func main() {
 	flag.IntVar(&cfg.burst, "burst", 20, "server burst, requests")
 	flag.Float64Var(&cfg.failures, "failures", 0.01, "share of requests the server answers 503 without Retry-After")
 	flag.IntVar(&cfg.postEvery, "post-every", 3, "every how many requests one is a POST (1: all, 0: none)")
+	flag.DurationVar(&cfg.outage, "outage", 0, "answer every request 503 without Retry-After for this long after the server starts, to see the handler hold and probe it")
 	flag.BoolVar(&cfg.queue, "queue", true, "hold requests to throttled targets in the throttle-aware queue")
 	flag.DurationVar(&cfg.timeout, "timeout", 0, "give up on the whole run after this long; 0: never, so that a slow run (-queue=false) still finishes")
 	flag.DurationVar(&cfg.progressTick, "progress", 500*time.Millisecond, "progress line interval; 0 for none")
@@ -83,6 +86,49 @@ type summary struct {
 	slowest                       throttletest.Request   // the request that took longest
 	slowestTook                   time.Duration
 	firstErr                      error
+	host                          *hostLog
+}
+
+// hostLog records what the handler believed of the server, from
+// OutageOptions.OnStateChange.
+type hostLog struct {
+	mu       sync.Mutex
+	start    time.Time
+	down, up []time.Duration // since start: each time seen down, and up again
+	probes   int
+}
+
+func (l *hostLog) changed(_ string, s options.HostState, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch s {
+	case options.HostDown:
+		if len(l.down) == len(l.up) {
+			l.down = append(l.down, at.Sub(l.start))
+		}
+	case options.HostProbing:
+		l.probes++
+	case options.HostUp:
+		l.up = append(l.up, at.Sub(l.start))
+	}
+}
+
+// String says when the server was seen down and up again.
+func (l *hostLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.down) == 0 {
+		return "never seen down"
+	}
+	var out []string
+	for i, d := range l.down {
+		if i < len(l.up) {
+			out = append(out, fmt.Sprintf("seen down at %.2f s, up again at %.2f s", d.Seconds(), l.up[i].Seconds()))
+		} else {
+			out = append(out, fmt.Sprintf("seen down at %.2f s, still down at the end", d.Seconds()))
+		}
+	}
+	return fmt.Sprintf("%s (%d probes)", strings.Join(out, "; "), l.probes)
 }
 
 // lost counts the requests that got no answer from the server, or whose
@@ -99,10 +145,13 @@ func run(cfg config, out io.Writer) (summary, error) {
 	srv := throttletest.NewServer(throttletest.Config{
 		Rules:       throttletest.GraphBudgets{Identity: throttletest.Bucket{Rate: cfg.rate, Burst: cfg.burst}}.Rules(),
 		FailureRate: cfg.failures,
+		Outage:      cfg.outage,
 	})
 	defer srv.Close()
 
-	opts := options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: !cfg.queue}}
+	s := summary{host: &hostLog{start: srv.Started()}}
+	opts := options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: !cfg.queue},
+		Outage: options.OutageOptions{OnStateChange: s.host.changed}}
 	var tel *telemetry
 	if cfg.telemetry {
 		tel = newTelemetry()
@@ -163,8 +212,8 @@ func run(cfg config, out io.Writer) (summary, error) {
 		t.CloseIdleConnections()
 	}
 
-	s := summary{n: cfg.n, server: srv.Stats(), handler: retry.Stats(), wall: time.Since(start),
-		limit: time.Duration(float64(cfg.n) / cfg.rate * float64(time.Second))}
+	s.n, s.server, s.handler, s.wall = cfg.n, srv.Stats(), retry.Stats(), time.Since(start)
+	s.limit = max(time.Duration(float64(cfg.n)/cfg.rate*float64(time.Second)), cfg.outage)
 	for _, err := range errs {
 		var apiErr *abs.ApiError
 		switch {
@@ -254,6 +303,7 @@ func report(out io.Writer, s summary) {
 	fmt.Fprintf(out, "  failed / lost      %d / %d (failed: retries ran out, the server's last 429 or 503 returned)\n", s.failed, s.errored)
 	fmt.Fprintf(out, "  attempts           %d (%.2f per request; handler counted %d)\n", s.server.Attempts, float64(s.server.Attempts)/float64(s.n), s.handler.Attempts)
 	fmt.Fprintf(out, "  429s / 503s        %d / %d\n", s.server.Throttled, s.server.Unavailable)
+	fmt.Fprintf(out, "  server             %v (times since the server started)\n", s.host)
 	fmt.Fprintf(out, "  wrong bodies       %d\n", s.server.BadBody)
 	fmt.Fprintf(out, "  sent before Retry-After %d\n", s.server.Early)
 	fmt.Fprintf(out, "  wall time          %v (server capacity allows %v: %.2fx)\n", s.wall.Round(time.Millisecond), s.limit.Round(time.Millisecond), s.wall.Seconds()/s.limit.Seconds())

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,6 +34,18 @@ func TestRun(t *testing.T) {
 			assert.Contains(t, out.String(), "slowest request")
 		})
 	}
+}
+
+// TestRunOutage: the summary says when the server was seen down and up
+// again.
+func TestRunOutage(t *testing.T) {
+	var out bytes.Buffer
+	cfg := config{n: 40, c: 40, rate: 1000, burst: 100, postEvery: 2, queue: true, outage: time.Second}
+	s, err := run(cfg, &out)
+	require.NoError(t, err)
+	assert.Zero(t, s.lost(), out.String())
+	assert.Equal(t, cfg.n, s.succeeded, out.String())
+	assert.Regexp(t, `server +seen down at 0\.\d\d s, up again at 1\.\d\d s \(\d+ probes\)`, out.String())
 }
 
 // The generated-style builders send what a Kiota-generated client sends.
