@@ -243,7 +243,8 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 			delay, stop = r.retryDelay(ctx, &ans)
 		}
 		r.reportHost(hostOutcome(resp, err, outcome), delay)
-		r.afterFailure = outcome != throttle.Throttled
+		// Items of a batch answered one by one are throttles, not failures.
+		r.afterFailure = outcome != throttle.Throttled && !r.batch.answeredByItems()
 		if stop == "" && r.handsBack(outcome) {
 			stop = stopHandedBack
 			stampRetryAt(resp, ans.back.now().Add(delay))
