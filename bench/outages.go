@@ -30,9 +30,10 @@ var outageScenarios = []scenario{
 		title: "(k) 503 outage of 30 s",
 		about: "Every request in the first 30 s after the server starts is answered 503 without `Retry-After`; none fails after it. " +
 			"Run with `-n 1000 -c 1000` to have a thousand requests in flight when it starts. Physical limit: the outage.",
-		config: func(params) throttletest.Config { return throttletest.Config{Outage: longOutage} },
-		target: usersOnURL,
-		limit:  func(params) time.Duration { return longOutage },
+		config:     func(params) throttletest.Config { return throttletest.Config{Outage: longOutage} },
+		target:     usersOnURL,
+		limit:      func(params) time.Duration { return longOutage },
+		limitAbout: func(params) string { return " (the outage)" },
 	},
 	{
 		key:   "partial",
