@@ -127,6 +127,18 @@ func (r *run) handsBack(o throttle.Outcome) bool {
 	return false
 }
 
+// handBackAnswer hands back the answer that came at now, to be retried
+// after delay, and returns the stop reason. A transport error is handed
+// back as an error carrying the time.
+func (r *run) handBackAnswer(ctx context.Context, resp *http.Response, now time.Time, delay time.Duration) string {
+	stampRetryAt(resp, now.Add(delay))
+	if resp == nil {
+		r.handedBack = &HandBackError{RetryAt: now.Add(delay), Host: hostOf(r.req)}
+	}
+	r.obs.handedBack(ctx, observability.HandBackResponse, delay)
+	return stopHandedBack
+}
+
 // handBack ends a request that a hold would keep until until: a retry
 // returns the answer in hand marked with when to try again, a first
 // attempt an error carrying it. It returns the stop reason.

@@ -25,7 +25,6 @@ import (
 	"github.com/kiota-resilience/kiota-resilience-go/internal/metrics"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/outage"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/wait"
-	"github.com/kiota-resilience/kiota-resilience-go/observability"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/throttle"
 )
@@ -246,12 +245,7 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 		// Items of a batch answered one by one are throttles, not failures.
 		r.afterFailure = outcome != throttle.Throttled && !r.batch.answeredByItems()
 		if stop == "" && r.handsBack(outcome) {
-			stop = stopHandedBack
-			stampRetryAt(resp, ans.back.now().Add(delay))
-			if resp == nil {
-				r.handedBack = &HandBackError{RetryAt: ans.back.now().Add(delay), Host: hostOf(r.req)}
-			}
-			r.obs.handedBack(ctx, observability.HandBackResponse, delay)
+			stop = r.handBackAnswer(ctx, resp, ans.back.now(), delay)
 		}
 		unpeek(resp)
 		r.current, r.last, r.lastErr = nil, resp, err

@@ -450,6 +450,8 @@ func TestNewRetryHandler_RejectsBadOptions(t *testing.T) {
 		{"InitialDelay above MaxDelay", options.RetryHandlerOptions{InitialDelay: time.Minute, MaxDelay: time.Second}, "InitialDelay = 1m0s"},
 		{"bad status code", options.RetryHandlerOptions{StatusCodes: []int{429, 42}}, "StatusCodes = 42"},
 		{"invalid policy", options.RetryHandlerOptions{Policy: options.Exponential{Retries: -2}}, "Exponential.Retries = -2"},
+		{"negative Outage.MaxProbeInterval", options.RetryHandlerOptions{Outage: options.OutageOptions{MaxProbeInterval: -time.Second}}, "Outage.MaxProbeInterval = -1s"},
+		{"unknown HandBack", options.RetryHandlerOptions{HandBack: -1}, "HandBack = -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
