@@ -236,6 +236,8 @@ type decision struct {
 	held bool
 }
 
+// acquire is Admit's slow path: a waiter in h's line decides, each time it
+// wakes, whether to go, wait or give up.
 func (hs *Hosts) acquire(ctx context.Context, h *host, a Attempt, obs Observer) (Ticket, error) {
 	w := &waiter{notBefore: a.NotBefore, first: a.First, afterFailure: a.AfterFailure, wake: make(chan struct{}, 1)}
 	var changes []change
@@ -251,7 +253,7 @@ func (hs *Hosts) acquire(ctx context.Context, h *host, a Attempt, obs Observer) 
 		now := hs.clock.Now()
 		d := hs.decide(h, w, now, &changes)
 		if d.pass || d.refuse != nil {
-			changes = hs.leave(h, w, now, changes)
+			h.leave(w, now)
 			h.mu.Unlock()
 			hs.notify(h, changes)
 			if d.refuse != nil {
@@ -264,7 +266,7 @@ func (hs *Hosts) acquire(ctx context.Context, h *host, a Attempt, obs Observer) 
 			if until.IsZero() {
 				until = later(hs.probeAt(h), now) // held until the next probe tells
 			}
-			changes = hs.leave(h, w, now, changes)
+			h.leave(w, now)
 			h.mu.Unlock()
 			hs.notify(h, changes)
 			return Ticket{h: h}, &HoldError{Until: until}
@@ -283,7 +285,7 @@ func (hs *Hosts) acquire(ctx context.Context, h *host, a Attempt, obs Observer) 
 		err := sleep(ctx, hs.clock, until, w.wake)
 		h.mu.Lock()
 		if err != nil {
-			changes = hs.leave(h, w, hs.clock.Now(), changes)
+			h.leave(w, hs.clock.Now())
 			h.mu.Unlock()
 			hs.notify(h, changes)
 			return Ticket{h: h}, err
@@ -361,7 +363,7 @@ func (hs *Hosts) probeAt(h *host) time.Time {
 
 // leave takes w out of h's line; if it was to probe, the next ready
 // waiter is elected. It is called with h.mu held.
-func (hs *Hosts) leave(h *host, w *waiter, now time.Time, changes []change) []change {
+func (h *host) leave(w *waiter, now time.Time) {
 	h.waiters.remove(w)
 	if h.prober == w {
 		h.prober = nil
@@ -369,7 +371,6 @@ func (hs *Hosts) leave(h *host, w *waiter, now time.Time, changes []change) []ch
 			h.elect(now)
 		}
 	}
-	return changes
 }
 
 // Report tells the gate what the host answered to an attempt it let go
