@@ -53,7 +53,7 @@ func (r *run) passGate(ctx context.Context, retry int, notBefore *time.Time, now
 	if t, ok := g.Pass(host, a); ok {
 		// Nothing to hold it for: its own time is waited below.
 		t.Sent = now
-		r.ticket = t
+		r.setTicket(retry, t)
 		return "", nil
 	}
 	// The gate sees a copy of the observer, so that the request's run
@@ -61,7 +61,7 @@ func (r *run) passGate(ctx context.Context, retry int, notBefore *time.Time, now
 	obs := &outageObserver{r.obs}
 	t, err := g.Admit(ctx, host, a, obs)
 	r.obs = obs.observer
-	r.ticket = t
+	r.setTicket(retry, t)
 	var hold *outage.HoldError
 	switch {
 	case errors.As(err, &hold) && handBack:
@@ -83,6 +83,22 @@ func (r *run) passGate(ctx context.Context, retry int, notBefore *time.Time, now
 	}
 	*notBefore = t.Sent
 	return "", nil
+}
+
+// setTicket keeps the ticket of attempt retry+1 until its answer is
+// reported, and that of the first attempt until the request ends.
+func (r *run) setTicket(retry int, t outage.Ticket) {
+	r.ticket = t
+	if retry == 0 {
+		r.first = t
+	}
+}
+
+// hostDone tells the outage gate that the request has ended.
+func (r *run) hostDone() {
+	if g := r.h.outages; g != nil {
+		g.Done(r.first)
+	}
 }
 
 // reportHost tells the outage gate what the host answered to the attempt

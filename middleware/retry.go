@@ -166,18 +166,19 @@ type run struct {
 	current *http.Response
 	last    *http.Response
 	lastErr error
-	// The outage gate's part (outage.go): the ticket of the attempt in
-	// flight, whether the last answer was a failure rather than a
+	// The outage gate's part (outage.go): the tickets of the attempt in
+	// flight and of the first attempt, whether the last answer was a failure rather than a
 	// throttle, and the error of a request handed back unsent.
-	ticket       outage.Ticket
-	afterFailure bool
-	handedBack   error
+	ticket, first outage.Ticket
+	afterFailure  bool
+	handedBack    error
 }
 
 // do runs the attempts. ctx is the request's context, carrying the
 // handler's span when tracing is on. Should a callback panic, the panic goes
 // on unchanged once the responses the handler holds are closed.
 func (r *run) do(ctx context.Context) (*http.Response, error) {
+	defer r.hostDone()
 	returned := false
 	defer func() {
 		if !returned {

@@ -1,102 +1,84 @@
 package outage
 
-import (
-	"sync/atomic"
-	"time"
-)
+import "sync/atomic"
 
-// The retry budget of a host, in the manner of Finagle's RetryBudget (a
-// share of the requests of the last ttl, plus a reserve) with the AWS SDK's
-// refund (a retry the host answers gives back what it took): over the last
-// budgetWindow, the retries of failures sent to a host, less those it
-// answered, may not exceed budgetReserve plus retryRatio times the requests
-// sent to it. Requests are counted by the second they started in, so that
-// counting one costs an atomic add and no clock reading.
+// The retry budget of a host: gRPC's retry throttling and the AWS SDK's
+// retry quota (tokens put in by requests, taken by retries, given back by a
+// retry the host answers), with Envoy's measure of its size (a share of the
+// requests active now). Each request puts retryRatio of a token in when it
+// starts; each retry of a failure takes a whole one when it is sent, and
+// gives it back when the host answers it. The bucket holds at most
+// budgetReserve plus retryRatio times the host's active requests: what it
+// holds beyond that (a burst that ended, an hour of quiet traffic) is
+// dropped, so that an outage meets no stock of retries saved up before it,
+// while a request still in its backoff keeps its share for its own retries
+// however long the backoff. Tokens are kept in thousandths so that the
+// ratio is exact in an atomic integer.
 const (
-	// retryRatio is the share of the window's requests that may be
-	// retried: half, the bound the handler keeps on a host that fails
-	// every request.
+	// retryRatio is what each request puts in: half a retry, the bound the
+	// handler keeps on a host that fails every request.
 	retryRatio = 0.5
-	// budgetReserve is what the budget allows whatever the traffic, as
-	// gRPC's maxTokens (10) and Finagle's minimum do: a lone request still
-	// retries as its policy says, 10 times by default.
+	// budgetReserve is what the bucket holds whatever the traffic, and at
+	// start, as gRPC's maxTokens (10): a lone request retries as its policy
+	// says, 10 times by default.
 	budgetReserve = 10
-	// budgetWindow is how long a request counts: Finagle's default ttl. It
-	// spans the first retries of the default backoff (3 s, then 12 s
-	// later), so that the requests of a burst pay for their own retries.
-	budgetWindow = 10 * time.Second
-	budgetSlots  = int64(budgetWindow / time.Second)
+	milliToken    = 1000
 )
 
-// budget counts a host's requests and charged retries per second over the
-// last budgetWindow.
+// budget is a host's retry bucket and its active requests.
 type budget struct {
-	slots [budgetSlots]budgetSlot
+	tokens atomic.Int64 // milli-tokens, possibly above the cap until the next look
+	active atomic.Int64
 }
 
-type budgetSlot struct {
-	second   atomic.Int64 // Unix second the counts are of
-	requests atomic.Int64
-	retries  atomic.Int64 // retries taken less retries given back
+func newBudget() *budget {
+	b := &budget{}
+	b.tokens.Store(budgetReserve * milliToken)
+	return b
 }
 
-// slot returns the slot of second sec, cleared when it held an older one;
-// nil when sec is older than the slot's own.
-func (b *budget) slot(sec int64) *budgetSlot {
-	s := &b.slots[(sec%budgetSlots+budgetSlots)%budgetSlots]
+// capacity is what the bucket may hold now.
+func (b *budget) capacity() int64 {
+	return budgetReserve*milliToken + int64(retryRatio*milliToken)*max(b.active.Load(), 0)
+}
+
+// start counts a request that starts, and puts its share in.
+func (b *budget) start() {
+	b.active.Add(1)
+	b.add(int64(retryRatio * milliToken))
+}
+
+// end counts a request that ended; its share stays until spent or capped.
+func (b *budget) end() { b.active.Add(-1) }
+
+// add puts n milli-tokens in, up to the capacity.
+func (b *budget) add(n int64) {
 	for {
-		cur := s.second.Load()
-		switch {
-		case cur == sec:
-			return s
-		case cur > sec:
-			return nil
-		case s.second.CompareAndSwap(cur, sec):
-			// Counts added between the swap and the stores are lost:
-			// near enough for a budget.
-			s.requests.Store(0)
-			s.retries.Store(0)
-			return s
+		t, c := b.tokens.Load(), b.capacity()
+		if t >= c {
+			return
+		}
+		if b.tokens.CompareAndSwap(t, min(t+n, c)) {
+			return
 		}
 	}
 }
 
-// request counts a request started at t.
-func (b *budget) request(t time.Time) {
-	if s := b.slot(t.Unix()); s != nil {
-		s.requests.Add(1)
-	}
-}
-
-// take charges a retry at now, reporting false when the window's budget is
-// spent; credit charges it whatever the budget says.
-func (b *budget) take(now time.Time, credit bool) bool {
-	if !credit && b.left(now) < 1 {
-		return false
-	}
-	if s := b.slot(now.Unix()); s != nil {
-		s.retries.Add(1)
-	}
-	return true
-}
-
-// refund gives back the retry of an attempt sent at t that was answered.
-func (b *budget) refund(t time.Time) {
-	if s := b.slot(t.Unix()); s != nil {
-		s.retries.Add(-1)
-	}
-}
-
-// left returns the retries the window still allows at now.
-func (b *budget) left(now time.Time) float64 {
-	sec := now.Unix()
-	var requests, retries int64
-	for i := range b.slots {
-		s := &b.slots[i]
-		if at := s.second.Load(); at > sec-budgetSlots && at <= sec {
-			requests += s.requests.Load()
-			retries += s.retries.Load()
+// take takes a token for a retry, reporting false when less than one is
+// left; with credit it takes one whatever is left, the bucket going below
+// zero.
+func (b *budget) take(credit bool) bool {
+	for {
+		t := b.tokens.Load()
+		have := min(t, b.capacity())
+		if have < milliToken && !credit {
+			return false
+		}
+		if b.tokens.CompareAndSwap(t, have-milliToken) {
+			return true
 		}
 	}
-	return budgetReserve + retryRatio*float64(requests) - float64(retries)
 }
+
+// refund gives back the token of a retry the host answered.
+func (b *budget) refund() { b.add(milliToken) }

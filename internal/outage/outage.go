@@ -89,6 +89,15 @@ type Attempt struct {
 	AfterFailure bool
 }
 
+// Done tells the gate that a request whose first attempt t is has ended,
+// whatever its outcome, so that its host's retry budget no longer counts
+// it active. t may be the zero Ticket.
+func (hs *Hosts) Done(t Ticket) {
+	if t.h != nil && t.first {
+		t.h.budget.end()
+	}
+}
+
 // Ticket is an attempt Admit let go. Hand it back to Report with the
 // attempt's answer.
 type Ticket struct {
@@ -101,6 +110,7 @@ type Ticket struct {
 	Sent    time.Time
 	h       *host
 	charged bool // took a token, given back if the host answers
+	first   bool // counted its request active in the budget
 }
 
 // Observer hears when a request is held behind a host that is down.
@@ -142,7 +152,7 @@ func New(clock options.Clock, o options.OutageOptions, mp metric.MeterProvider) 
 // host is what the gate knows of one host.
 type host struct {
 	key    string
-	budget budget
+	budget *budget
 	streak atomic.Int32 // failures in a row
 	// gated is set while the host is cold, down, probing or ramping up:
 	// only then does an attempt that is not a retry of a failure take the
@@ -201,7 +211,7 @@ func (hs *Hosts) Admit(ctx context.Context, host string, a Attempt, obs Observer
 	}
 	h := hs.lookup(host)
 	if a.First {
-		h.budget.request(a.NotBefore)
+		h.budget.start()
 	}
 	return hs.acquire(ctx, h, a, obs)
 }
@@ -220,9 +230,9 @@ func (hs *Hosts) Pass(host string, a Attempt) (Ticket, bool) {
 		return Ticket{}, false
 	}
 	if a.First && h != nil {
-		h.budget.request(a.NotBefore)
+		h.budget.start()
 	}
-	return Ticket{h: h}, true
+	return Ticket{h: h, first: a.First && h != nil}, true
 }
 
 // decision is what a waiter is to do now.
@@ -257,9 +267,9 @@ func (hs *Hosts) acquire(ctx context.Context, h *host, a Attempt, obs Observer) 
 			h.mu.Unlock()
 			hs.notify(h, changes)
 			if d.refuse != nil {
-				return Ticket{h: h}, d.refuse
+				return Ticket{h: h, first: a.First}, d.refuse
 			}
-			return Ticket{Probe: d.probe, Early: w.early, Sent: now, h: h, charged: w.afterFailure && !d.probe}, nil
+			return Ticket{Probe: d.probe, Early: w.early, Sent: now, h: h, charged: w.afterFailure && !d.probe, first: a.First}, nil
 		}
 		if !a.Deadline.IsZero() && (d.at.After(a.Deadline) || d.at.IsZero() && !now.Before(a.Deadline)) {
 			until := d.at
@@ -269,7 +279,7 @@ func (hs *Hosts) acquire(ctx context.Context, h *host, a Attempt, obs Observer) 
 			h.leave(w, now)
 			h.mu.Unlock()
 			hs.notify(h, changes)
-			return Ticket{h: h}, &HoldError{Until: until}
+			return Ticket{h: h, first: a.First}, &HoldError{Until: until}
 		}
 		h.mu.Unlock()
 		hs.notify(h, changes)
@@ -288,7 +298,7 @@ func (hs *Hosts) acquire(ctx context.Context, h *host, a Attempt, obs Observer) 
 			h.leave(w, hs.clock.Now())
 			h.mu.Unlock()
 			hs.notify(h, changes)
-			return Ticket{h: h}, err
+			return Ticket{h: h, first: a.First}, err
 		}
 	}
 }
@@ -301,7 +311,7 @@ func (hs *Hosts) decide(h *host, w *waiter, now time.Time, changes *[]change) de
 			return decision{at: w.slot, held: w.credit}
 		}
 		if w.afterFailure {
-			if !h.budget.take(now, w.credit) {
+			if !h.budget.take(w.credit) {
 				return decision{refuse: ErrBudget}
 			}
 		}
@@ -329,7 +339,7 @@ func (hs *Hosts) decide(h *host, w *waiter, now time.Time, changes *[]change) de
 		if !h.cold {
 			h.gated.Store(false)
 		}
-		if w.afterFailure && !h.budget.take(now, false) {
+		if w.afterFailure && !h.budget.take(false) {
 			return decision{refuse: ErrBudget}
 		}
 		return decision{pass: true}
@@ -395,7 +405,7 @@ func (hs *Hosts) Report(host string, t Ticket, o Outcome, next time.Duration) {
 	switch o {
 	case Answered:
 		if t.charged {
-			h.budget.refund(t.Sent)
+			h.budget.refund()
 		}
 		if h.streak.Load() != 0 {
 			h.streak.Store(0)
@@ -575,7 +585,7 @@ func (hs *Hosts) create(key string) *host {
 	if hs.count.Load() >= maxHosts {
 		return nil
 	}
-	h := &host{key: key, cold: true, coldUntil: hs.clock.Now().Add(coldWait)}
+	h := &host{key: key, cold: true, coldUntil: hs.clock.Now().Add(coldWait), budget: newBudget()}
 	h.gated.Store(true)
 	v, loaded := hs.hosts.LoadOrStore(key, h)
 	if !loaded {
@@ -595,7 +605,7 @@ func (hs *Hosts) sweep() {
 	}
 	hs.hosts.Range(func(k, v any) bool {
 		h := v.(*host)
-		if now.Unix()-h.seen.Load() < int64(idleAfter/time.Second) {
+		if now.Unix()-h.seen.Load() < int64(idleAfter/time.Second) || h.budget.active.Load() > 0 {
 			return true
 		}
 		h.mu.Lock()

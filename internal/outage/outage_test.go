@@ -271,26 +271,33 @@ func TestDownAgainDuringTheRamp(t *testing.T) {
 func TestRetryBudget(t *testing.T) {
 	tests := []struct {
 		name     string
-		requests int           // first attempts besides warm's one
-		answered int           // of the first retries made, answered
-		later    time.Duration // when the retries are asked
+		requests int  // requests started besides warm's one
+		ended    bool // and ended before the retries
+		answered int  // of the first retries made, answered
 		asked    int
 		want     int
 	}{
-		{"the reserve and warm's half", 0, 0, 0, 15, budgetReserve},
-		{"each request adds half a retry", 6, 0, 0, 20, budgetReserve + 3},
-		{"an answered retry gives its share back", 0, 3, 0, 15, budgetReserve + 3},
-		{"requests older than the window no longer count", 6, 0, budgetWindow, 20, budgetReserve},
+		{"the reserve and warm's half", 0, false, 0, 15, budgetReserve},
+		{"each active request adds half a retry", 6, false, 0, 20, budgetReserve + 3},
+		{"an answered retry gives its token back", 0, false, 3, 15, budgetReserve + 3},
+		{"ended requests no longer count", 6, true, 0, 20, budgetReserve},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := clocktest.New(t0)
 			hs := New(clk, options.OutageOptions{}, nil)
 			warm(t, hs)
+			var started []Ticket
 			for range tt.requests {
-				hs.Pass(api, Attempt{NotBefore: clk.Now(), First: true})
+				tk, ok := hs.Pass(api, Attempt{NotBefore: clk.Now(), First: true})
+				require.True(t, ok)
+				started = append(started, tk)
 			}
-			clk.Advance(tt.later)
+			if tt.ended {
+				for _, tk := range started {
+					hs.Done(tk)
+				}
+			}
 			made := 0
 			for range tt.asked {
 				tk, err := hs.Admit(context.Background(), api, Attempt{NotBefore: clk.Now(), AfterFailure: true}, nil)
