@@ -28,21 +28,26 @@
 //
 // # The retry budget
 //
-// Each host has a retry budget in the manner of Finagle's RetryBudget, with
-// the AWS SDK's refund: over the last budgetWindow (10 s), the retries of
-// failures sent to the host, less those it answered, may not exceed
-// budgetReserve (10) plus retryRatio (half) of the requests sent to it. A
-// retry the budget refuses is not made: the caller gets the answer in hand.
-// So a host that fails every request is sent at most half as many retries
-// as requests, plus ten per window, however many are in flight; a host that
-// fails a share at random keeps getting its retries while they are answered
-// often enough to pay for themselves (at 30 % failing, a request needs 0.43
-// retries on average, of which 0.13 fail again). Not counted: retries of
-// throttles, whose pace is the throttle queue's; probes, at most one a
-// probe interval, which are the reserve's as Finagle's retries per second
-// are; and requests released by a successful probe, which are charged
-// whatever the budget says (and given back when answered), so that a
-// recovery is never refused for what the outage spent.
+// Each host has a token bucket: gRPC's retry throttling and the AWS SDK's
+// retry quota, sized as Envoy sizes its budget. Each request puts
+// retryRatio (half a token) in as it starts; each retry of a failure takes
+// a whole token when it is sent and gives it back when the host answers it;
+// a retry that finds less than a token is not made, and the caller gets the
+// answer in hand. The bucket starts with budgetReserve (10) and holds at
+// most that plus half a token per request still active: what a burst that
+// ended left is dropped, so that an outage meets no stock of retries saved
+// up before it, while a request in its backoff keeps its share however long
+// the backoff. So a host that fails every request is sent at most ten plus
+// half as many retries as there were requests, however many are in flight;
+// a host that fails a share at random keeps getting its retries while they
+// are answered often enough to pay for themselves (at 30 % failing, a
+// request needs 0.43 retries on average, of which 0.13 fail again). Not
+// counted: retries of throttles, whose pace is the throttle queue's; probes,
+// at most one a probe interval, which are the reserve's as Finagle's
+// retries per second are; and requests released by a successful probe,
+// which take their token even from an empty bucket (it goes below zero) and
+// give it back when answered, so that a recovery is never refused for what
+// the outage spent.
 //
 // # A host never heard from
 //
@@ -51,7 +56,7 @@
 // down from the start is then sent what shows it down, not the whole
 // burst of a thousand workers starting at once.
 //
-// A host that answers costs a map lookup and an atomic add per request,
-// and no lock; state is kept for at most maxHosts hosts and forgotten once
+// A host that answers costs a map lookup and a few atomic operations per
+// request, and no lock; state is kept for at most maxHosts hosts and forgotten once
 // a host is up and has been idle for idleAfter.
 package outage
