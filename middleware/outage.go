@@ -45,11 +45,8 @@ func (r *run) passGate(ctx context.Context, retry int, notBefore *time.Time, now
 	}
 	deadline, limit := r.holdDeadline(ctx, now)
 	handBack := r.opts.HandBack == options.HandBackAll
-	if handBack {
-		deadline = later(now, *notBefore)
-	}
 	host := hostKey(r.req)
-	a := outage.Attempt{NotBefore: *notBefore, Deadline: deadline, First: retry == 0, AfterFailure: retry > 0 && r.afterFailure}
+	a := outage.Attempt{NotBefore: *notBefore, Deadline: deadline, First: retry == 0, AfterFailure: retry > 0 && r.afterFailure, HandBack: handBack}
 	if t, ok := g.Pass(host, a); ok {
 		// Nothing to hold it for: its own time is waited below.
 		t.Sent = now

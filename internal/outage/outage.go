@@ -87,6 +87,10 @@ type Attempt struct {
 	// AfterFailure is set for a retry of a failure: it spends from the
 	// retry budget and may go before NotBefore once a probe succeeds.
 	AfterFailure bool
+	// HandBack asks for a *HoldError at once, rather than a wait, when the
+	// host's state (it is down, or releasing through the ramp) would hold
+	// the attempt past its own time.
+	HandBack bool
 }
 
 // Done tells the gate that a request whose first attempt t is has ended,
@@ -271,7 +275,7 @@ func (hs *Hosts) acquire(ctx context.Context, h *host, a Attempt, obs Observer) 
 			}
 			return Ticket{Probe: d.probe, Early: w.early, Sent: now, h: h, charged: w.afterFailure && !d.probe, first: a.First}, nil
 		}
-		if !a.Deadline.IsZero() && (d.at.After(a.Deadline) || d.at.IsZero() && !now.Before(a.Deadline)) {
+		if a.HandBack && d.held || !a.Deadline.IsZero() && (d.at.After(a.Deadline) || d.at.IsZero() && !now.Before(a.Deadline)) {
 			until := d.at
 			if until.IsZero() {
 				until = later(hs.probeAt(h), now) // held until the next probe tells

@@ -378,6 +378,31 @@ func TestHoldEndsWithinTheRequestsLimits(t *testing.T) {
 		assert.Equal(t, 300*time.Millisecond, got[2].at)
 		require.ErrorAs(t, got[2].err, &hold)
 		assert.Equal(t, t0.Add(time.Second), hold.Until, "the next probe")
+
+		// Handed back: refused at once, however far its deadline.
+		g.admit(Attempt{NotBefore: g.clk.Now(), First: true, HandBack: true})
+		got = g.done()
+		require.Len(t, got, 4)
+		assert.Equal(t, 300*time.Millisecond, got[3].at, "no time waited")
+		require.ErrorAs(t, got[3].err, &hold)
+		assert.Equal(t, t0.Add(time.Second), hold.Until, "the next probe")
+	})
+}
+
+// TestColdStartIsNotHandedBack: a first attempt waiting for a new host's
+// first answer is not handed back: the host is not known to be down.
+func TestColdStartIsNotHandedBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate(t)
+		for range downAfter + 1 {
+			g.admit(Attempt{NotBefore: t0, First: true, HandBack: true})
+		}
+		require.Len(t, g.done(), downAfter)
+		g.hs.Report(api, g.done()[0].t, Answered, 0)
+		synctest.Wait()
+		got := g.done()
+		require.Len(t, got, downAfter+1)
+		assert.NoError(t, got[downAfter].err)
 	})
 }
 
