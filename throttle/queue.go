@@ -558,8 +558,8 @@ func keepNewest[V any](m map[string]V, keep int, seq func(V) uint64) {
 // requests sharing its first segments is tested: one matching request at a
 // time goes as a probe. A hold that would pass deadline (zero: none; the
 // caller includes the context's deadline, in the queue's clock) is not
-// made: Admit returns ErrHoldTooLong at once, and the caller decides; but a
-// request held by the server's own word (a throttle of its URL or path)
+// made: Admit returns a *HoldError (ErrHoldTooLong) at once, saying until
+// when, and the caller decides; but a request held by the server's own word (a throttle of its URL or path)
 // whose hold fits is let go when that hold ends, even if its scope's pace
 // would start later. Admit returns the context's error if it
 // ends first. obs, when not nil, hears
