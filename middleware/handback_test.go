@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/middleware"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
@@ -100,7 +101,7 @@ func TestHandBackThrottlesOnly(t *testing.T) {
 		attempts int
 		waits    []time.Duration
 	}{
-		{options.HandBackThrottles, 2, secs(2)},
+		{options.HandBackThrottles, 2, clocktest.Seconds(2)},
 		{options.HandBackAll, 1, nil},
 	}
 	for _, tt := range tests {
