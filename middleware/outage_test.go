@@ -19,11 +19,6 @@ import (
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
-// roundTripFunc is an in-memory transport.
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
-
 // failingServer answers 503 without Retry-After while down says so, and
 // 200 otherwise, in memory, counting attempts.
 type failingServer struct {
