@@ -156,12 +156,21 @@ func TestFailOpen(t *testing.T) {
 				assert.Equal(t, 1, s.log.count("level=WARN"), "said once")
 
 				require.NoError(t, f.heal(srv))
-				require.Eventually(t, func() bool { return s.MarkActive(ctx, "h") == nil }, 10*time.Second, faultProbe)
-				for name, op := range ops(s.Store) {
-					require.NoError(t, op(ctx), name)
-				}
-				assert.Equal(t, 1, s.log.count("level=INFO"), "recovery said once")
-				assert.Equal(t, 1, s.log.count("level=WARN"))
+				// A loaded machine can make a call right after the restart
+				// outlast the bound and take Redis down again: what must hold
+				// is that every call answers once Redis is steady, and that
+				// the log says each change of state once, not each call.
+				require.Eventually(t, func() bool {
+					for _, op := range ops(s.Store) {
+						if op(ctx) != nil {
+							return false
+						}
+					}
+					return true
+				}, 10*time.Second, faultProbe)
+				recovered, lost := s.log.count("level=INFO"), s.log.count("level=WARN")
+				assert.GreaterOrEqual(t, recovered, 1, "recovery said")
+				assert.Equal(t, lost, recovered, "each outage and each recovery said once")
 			})
 		}
 	}
