@@ -100,6 +100,26 @@ func CurrentDraft(policy string) (Announce, error) {
 	}, nil
 }
 
+// CurrentDraftWhole announces the budget in the current draft's fields as
+// CurrentDraft does, but in whole seconds, as the draft's Integer fields
+// require: `RateLimit-Policy: "policy";q=<limit>;w=<window rounded up, at
+// least 1>` and `RateLimit: "policy";r=<remaining>;t=<reset rounded up>`. A
+// token bucket that refills within a fraction of a second then announces
+// its burst per second, a tenth of what it admits at 400/s burst 40: a hint
+// a client must check against what happens. It returns an error when
+// policy is empty or not printable ASCII.
+func CurrentDraftWhole(policy string) (Announce, error) {
+	if _, err := CurrentDraft(policy); err != nil {
+		return nil, err
+	}
+	name := strconv.Quote(policy)
+	return func(h http.Header, b Budget) {
+		window := max(1, math.Ceil(b.Window.Seconds()))
+		h.Add("RateLimit-Policy", name+";q="+number(math.Floor(b.Limit))+";w="+number(window))
+		h.Add("RateLimit", name+";r="+number(math.Floor(b.Remaining))+";t="+number(math.Ceil(b.Reset.Seconds())))
+	}, nil
+}
+
 // GraphPercentage announces the budget as Microsoft Graph's Identity
 // service does: x-ms-throttle-limit-percentage, the fraction of the budget
 // spent, and x-ms-throttle-scope, once the fraction from is spent (Graph

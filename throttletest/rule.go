@@ -18,6 +18,14 @@ type Limiter interface {
 	Take(now time.Time, cost float64)
 }
 
+// Refuser is a Limiter that counts refused requests too, as HAProxy's
+// stick-table counters do: a client that keeps sending while refused stays
+// refused. The server calls Refuse on every limiter that applies to a
+// request it refuses.
+type Refuser interface {
+	Refuse(now time.Time, cost float64)
+}
+
 // Rule throttles the requests it matches with budgets of their own: one
 // Limiter per key that Match returns, so that one rule can model a budget
 // per mailbox, per team or per item.
@@ -34,8 +42,14 @@ type Rule struct {
 	Cost func(r *http.Request) float64
 	// RetryAfter turns the time until the budget admits the request into
 	// the Retry-After value sent, in seconds. nil: whole seconds rounded
-	// up, at least 1, as Graph sends it.
+	// up, at least 1, as Graph sends it. A value below 1 sends none.
 	RetryAfter func(wait time.Duration) int64
+	// Status is the status of a refusal. 0: 429 Too Many Requests; nginx's
+	// limit_req answers 503 unless told otherwise.
+	Status int
+	// OmitRetryAfter sends refusals without Retry-After, as nginx and
+	// HAProxy do unless configured to add one.
+	OmitRetryAfter bool
 	// Announce writes the budget of the request's limiter into the
 	// headers of every answer to a request the rule matches, when the
 	// limiter is a Budgeter. nil: the rule announces nothing.
@@ -48,6 +62,8 @@ func (r Rule) validate(i int) error {
 		return fmt.Errorf("throttletest: Config.Rules[%d] (%q).Match is nil", i, r.Name)
 	case r.Limiter == nil:
 		return fmt.Errorf("throttletest: Config.Rules[%d] (%q).Limiter is nil", i, r.Name)
+	case r.Status != 0 && (r.Status < 400 || r.Status > 599):
+		return fmt.Errorf("throttletest: Config.Rules[%d] (%q).Status = %d must be 0 or an error status", i, r.Name, r.Status)
 	}
 	return nil
 }
@@ -81,6 +97,14 @@ func (rs *ruleState) applying(r *http.Request, now time.Time) (Limiter, float64)
 		cost = rs.Cost(r)
 	}
 	return l, cost
+}
+
+// refusal returns the status of a refusal under the rule.
+func (rs *ruleState) refusal() int {
+	if rs.Status != 0 {
+		return rs.Status
+	}
+	return http.StatusTooManyRequests
 }
 
 func (rs *ruleState) retryAfter(wait time.Duration) int64 {

@@ -144,8 +144,8 @@ type Stats struct {
 	Attempts    int // requests received, retries included
 	Requests    int // distinct X-Request-Id values seen
 	OK          int // 2xx answers
-	Throttled   int // 429 answers
-	Unavailable int // 503 answers
+	Throttled   int // answers refused by a budget: 429, or the Rule's Status
+	Unavailable int // 503 answers of the outage and of FailureRate
 	BadBody     int // attempts whose body did not match X-Body-Sha256
 	Early       int // attempts that arrived before the Retry-After named for their request
 	// ThrottledBy counts the 429 answers by the budget that caused them:
@@ -162,8 +162,8 @@ type Request struct {
 	Path   string // of the first attempt
 
 	Attempts    int
-	Throttled   int // 429s sent to it
-	Unavailable int // 503s sent to it
+	Throttled   int // refusals by a budget sent to it
+	Unavailable int // 503s of the outage and of FailureRate sent to it
 	BadBody     int // attempts whose body did not match X-Body-Sha256
 	Early       int // attempts that arrived before the Retry-After named for it
 
@@ -357,15 +357,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, v := range a.header {
 		w.Header()[k] = v
 	}
-	switch a.status {
-	case http.StatusServiceUnavailable:
+	switch {
+	case a.refused:
+		msg := "Too many requests."
+		if a.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.FormatInt(a.retryAfter, 10))
+			msg = "Too many requests. Retry after " + strconv.FormatInt(a.retryAfter, 10) + " s."
+		}
+		w.WriteHeader(a.status)
+		writeJSON(w, graphError{Error: graphErrorBody{Code: "TooManyRequests", Message: msg}})
+	case a.status == http.StatusServiceUnavailable:
 		w.WriteHeader(a.status)
 		writeJSON(w, graphError{Error: graphErrorBody{Code: "serviceNotAvailable", Message: "The service is temporarily unavailable."}})
-	case http.StatusTooManyRequests:
-		w.Header().Set("Retry-After", strconv.FormatInt(a.retryAfter, 10))
-		w.WriteHeader(a.status)
-		writeJSON(w, graphError{Error: graphErrorBody{Code: "TooManyRequests", Message: "Too many requests. Retry after " + strconv.FormatInt(a.retryAfter, 10) + " s."}})
-	case http.StatusBadRequest:
+	case a.status == http.StatusBadRequest:
 		w.WriteHeader(a.status)
 		msg := "The request body does not match " + HeaderBodySHA256 + "."
 		if readErr != nil {
@@ -391,7 +395,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 type answer struct {
 	status     int
-	retryAfter int64  // seconds, for 429
+	refused    bool   // by a budget, with status the rule's refusal
+	retryAfter int64  // seconds, for a refusal; 0: none sent
 	rule       string // the budget that answered 429
 	requestID  string
 	header     http.Header // written by the rules' Announce
@@ -430,7 +435,6 @@ func (s *Server) account(r *http.Request, host string, now time.Time, bad bool) 
 			rec.Unavailable++
 		}
 	case takeToken(s.rules, now, r, &a):
-		a.status = http.StatusTooManyRequests
 		s.stats.Throttled++
 		if s.stats.ThrottledBy == nil {
 			s.stats.ThrottledBy = map[string]int{}
@@ -438,7 +442,9 @@ func (s *Server) account(r *http.Request, host string, now time.Time, bad bool) 
 		s.stats.ThrottledBy[a.rule]++
 		if rec != nil {
 			rec.Throttled++
-			rec.notBefore = now.Add(time.Duration(a.retryAfter) * time.Second)
+			if a.retryAfter > 0 {
+				rec.notBefore = now.Add(time.Duration(a.retryAfter) * time.Second)
+			}
 		}
 	case bad:
 		a.status = http.StatusBadRequest
@@ -477,8 +483,9 @@ func (s *Server) record(id string, r *http.Request, host string, now time.Time) 
 }
 
 // takeToken takes from every budget that applies to the request or, when
-// one of them cannot admit it, takes from none, sets a.retryAfter from the
-// longest wait and a.rule from the budget that named it, and reports true.
+// one of them cannot admit it, takes from none (but counts the request in
+// the Refusers), sets a's refusal from the budget with the longest wait,
+// and reports true.
 func takeToken(rules []*ruleState, now time.Time, r *http.Request, a *answer) bool {
 	type use struct {
 		rs   *ruleState
@@ -500,7 +507,15 @@ func takeToken(rules []*ruleState, now time.Time, r *http.Request, a *answer) bo
 	}
 	refused := wait > 0
 	if refused {
-		a.retryAfter, a.rule = by.retryAfter(wait), by.Name
+		a.refused, a.status, a.rule = true, by.refusal(), by.Name
+		if !by.OmitRetryAfter {
+			a.retryAfter = by.retryAfter(wait)
+		}
+		for _, u := range apply {
+			if rf, ok := u.l.(Refuser); ok {
+				rf.Refuse(now, u.cost)
+			}
+		}
 	} else {
 		for _, u := range apply {
 			u.l.Take(now, u.cost)

@@ -47,10 +47,11 @@ func NewTransport(cfg Config, latency time.Duration) (*Transport, error) {
 	return &Transport{latency: latency, rules: rules(cfg), seen: map[string]bool{}, notBefore: map[string]time.Time{}}, nil
 }
 
-// RoundTrip answers r as the Server would: 429 with Retry-After when a
-// budget that applies cannot admit it, 200 (201 for a POST) otherwise,
-// with the headers the rules announce. It reads and closes the request
-// body, and returns the context's error when it ends during the latency.
+// RoundTrip answers r as the Server would: the rule's refusal (429 with
+// Retry-After by default) when a budget that applies cannot admit it, 200
+// (201 for a POST) otherwise, with the headers the rules announce. It reads
+// and closes the request body, and returns the context's error when it ends
+// during the latency.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Body != nil {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -69,8 +70,10 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	h.Set("Content-Type", "application/json")
 	body := "{}"
-	if a.status == http.StatusTooManyRequests {
-		h.Set("Retry-After", strconv.FormatInt(a.retryAfter, 10))
+	if a.refused {
+		if a.retryAfter > 0 {
+			h.Set("Retry-After", strconv.FormatInt(a.retryAfter, 10))
+		}
 		body = `{"error":{"code":"TooManyRequests"}}`
 	}
 	return &http.Response{
@@ -113,13 +116,12 @@ func (t *Transport) account(r *http.Request, now time.Time) answer {
 		a.status = http.StatusCreated
 	}
 	if takeToken(t.rules, now, r, &a) {
-		a.status = http.StatusTooManyRequests
 		t.stats.Throttled++
 		if t.stats.ThrottledBy == nil {
 			t.stats.ThrottledBy = map[string]int{}
 		}
 		t.stats.ThrottledBy[a.rule]++
-		if id != "" {
+		if id != "" && a.retryAfter > 0 {
 			t.notBefore[id] = now.Add(time.Duration(a.retryAfter) * time.Second)
 		}
 		return a

@@ -106,13 +106,15 @@ func StartHAProxy(cfg HAProxy) (*Proxy, error) {
 }
 
 // StickTableFloor is the least time an HAProxy that refuses above limit
-// requests per period takes to admit n requests from one client that never
-// sends a request it refuses: limit at once, as the first period's counter
-// fills, then limit per period, as the previous period's share of the
-// estimate drains (freq_ctr_total: prev·remain/period + curr).
+// requests per period takes to admit n requests from one client: limit at
+// once, as the first period's counter fills, then nothing until that period
+// ends (the estimate is the current period's count alone), then limit per
+// period, as the previous period's share of the estimate drains with the
+// time left in the current one (freq_ctr_total: prev·remain/period + curr).
+// So n requests take n/limit periods, the first limit of them at once.
 func StickTableFloor(n, limit int, period time.Duration) time.Duration {
 	if n <= limit {
 		return 0
 	}
-	return time.Duration(float64(n-limit) / float64(limit) * float64(period))
+	return time.Duration(float64(n) / float64(limit) * float64(period))
 }
