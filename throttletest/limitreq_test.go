@@ -78,4 +78,3 @@ func TestLimitReqLimiter(t *testing.T) {
 		assert.ErrorContains(t, err, "LimitReq.Burst = -1")
 	})
 }
-
