@@ -43,7 +43,7 @@ func runBatch(cl client, sc scenario, method string, p params) (result, error) {
 	if err != nil {
 		return res, err
 	}
-	defer rg.srv.Close()
+	defer rg.close()
 	srv, base, counting, hc, before := rg.srv, rg.base, rg.counting, rg.hc, rg.before
 
 	ctx, cancel := context.WithTimeout(context.Background(), p.runTimeout)

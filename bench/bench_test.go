@@ -171,7 +171,7 @@ func TestRunWithoutThrottleIsClean(t *testing.T) {
 		runTimeout: 20 * time.Second, heldAfter: time.Second}
 	for _, cl := range clients {
 		for _, m := range []string{"GET", "POST"} {
-			r, err := run(cl, open, m, p)
+			r, err := run(cl, open, workload{}, m, p)
 			require.NoError(t, err)
 			assert.Equal(t, p.n, r.succeeded, "%s %s: %s", cl.key, m, r.firstErr)
 			assert.Equal(t, p.n, r.attempts, "%s %s", cl.key, m)
@@ -231,7 +231,7 @@ func TestRunBatchWithoutThrottleIsClean(t *testing.T) {
 		runTimeout: 20 * time.Second, heldAfter: time.Second}
 	for _, cl := range clients {
 		for _, m := range []string{"GET", "POST"} {
-			r, err := run(cl, open, m, p)
+			r, err := run(cl, open, workload{}, m, p)
 			require.NoError(t, err)
 			assert.Equal(t, p.n, r.succeeded, "%s %s: %s", cl.key, m, r.firstErr)
 			assert.Equal(t, p.n, r.attempts, "%s %s: one attempt per item", cl.key, m)

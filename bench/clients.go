@@ -103,22 +103,82 @@ func newBaseTransport(workers int) *http.Transport {
 // transport and the ones closed again, to find bodies a client leaks, and
 // notes when each request's first attempt left the client, to find
 // requests the client held back.
+//
+// Behind a real limiter, which the bench's server cannot see past, it also
+// counts per request what the server would: attempts, refusals (429 and
+// 503) and attempts sent before the Retry-After of the previous answer.
 type countingTransport struct {
 	base           http.RoundTripper
 	opened, closed atomic.Int64
 	sent           sync.Map // throttletest.HeaderRequestID value → time.Time
+
+	mu    sync.Mutex
+	byReq map[string]*clientCount // by throttletest.HeaderRequestID value
+}
+
+// clientCount is what the client's transport saw of one request.
+type clientCount struct {
+	attempts, refused, early int
+	notBefore                time.Time // named by the last answer's Retry-After; zero when none
 }
 
 func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if id := req.Header.Get(throttletest.HeaderRequestID); id != "" {
-		t.sent.LoadOrStore(id, time.Now())
+	id := req.Header.Get(throttletest.HeaderRequestID)
+	if id != "" {
+		now := time.Now()
+		t.sent.LoadOrStore(id, now)
+		t.attempt(id, now)
 	}
 	resp, err := t.base.RoundTrip(req)
 	if resp != nil && resp.Body != nil {
 		t.opened.Add(1)
 		resp.Body = &countedBody{ReadCloser: resp.Body, t: t}
 	}
+	if id != "" && resp != nil {
+		t.answer(id, resp, time.Now())
+	}
 	return resp, err
+}
+
+func (t *countingTransport) attempt(id string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byReq == nil {
+		t.byReq = map[string]*clientCount{}
+	}
+	c, ok := t.byReq[id]
+	if !ok {
+		c = &clientCount{}
+		t.byReq[id] = c
+	}
+	c.attempts++
+	if !c.notBefore.IsZero() && now.Before(c.notBefore.Add(-throttletest.EarlyTolerance)) {
+		c.early++
+	}
+	c.notBefore = time.Time{}
+}
+
+func (t *countingTransport) answer(id string, resp *http.Response, now time.Time) {
+	refused := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable
+	notBefore, _ := retryAfterOf(resp.Header, now)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.byReq[id]
+	if refused {
+		c.refused++
+		c.notBefore = notBefore
+	}
+}
+
+// counts returns what was counted of every request so far, by id.
+func (t *countingTransport) counts() map[string]clientCount {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[string]clientCount, len(t.byReq))
+	for id, c := range t.byReq {
+		out[id] = *c
+	}
+	return out
 }
 
 // firstSent returns when the first attempt of request id reached the base

@@ -10,6 +10,13 @@
 //
 //	go run . -out .                                  # the full run (make bench)
 //	go run . -n 200 -c 20 -scenarios a -methods GET  # a quick look
+//	go run . -scenarios nginx-ra -clients ours -shapes mailbox -spreads 50 -methods GET
+//
+// The scenarios behind real limiters (nginx-ra, nginx-429, nginx-503,
+// nginx-zones, haproxy) need nginx and haproxy installed (`make
+// install-deps`); they and the bench's own buckets (bucket,
+// bucket-announce) run every workload of -shapes and -spreads for the
+// clients of -full-clients, and -peer-workload alone for the others.
 package main
 
 import (
@@ -53,6 +60,11 @@ func mainErr(args []string) error {
 	scenarioList := fs.String("scenarios", keys(scenarios, func(s scenario) string { return s.key }), "comma-separated scenarios")
 	clientList := fs.String("clients", keys(clients, func(c client) string { return c.key }), "comma-separated clients")
 	methodList := fs.String("methods", "GET,POST", "comma-separated methods: GET, POST")
+	shapeList := fs.String("shapes", keys(shapes, func(s shape) string { return s.key }),
+		"comma-separated workload shapes of the scenarios that take workloads ("+keys(realScenarios, func(s scenario) string { return s.key })+")")
+	spreadList := fs.String("spreads", "1,50,n", "comma-separated spreads of a workload's ids: a number of distinct ids, or n for one per request")
+	fullList := fs.String("full-clients", "ours,kiota", "comma-separated clients that run every workload; the others run only -peer-workload")
+	peerWorkload := fs.String("peer-workload", "user/n", "the one workload the clients not in -full-clients run")
 	out := fs.String("out", "", "directory to write RESULTS.md and throughput.png into; empty: stdout only")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -72,6 +84,29 @@ func mainErr(args []string) error {
 	if err != nil {
 		return fmt.Errorf("-methods: %w", err)
 	}
+	shs, err := pick(*shapeList, shapes, func(s shape) string { return s.key })
+	if err != nil {
+		return fmt.Errorf("-shapes: %w", err)
+	}
+	var sps []spread
+	for _, v := range strings.Split(*spreadList, ",") {
+		sp, err := parseSpread(v)
+		if err != nil {
+			return fmt.Errorf("-spreads: %w", err)
+		}
+		sps = append(sps, sp)
+	}
+	full, err := pick(*fullList, clients, func(c client) string { return c.key })
+	if err != nil && strings.TrimSpace(*fullList) != "" {
+		return fmt.Errorf("-full-clients: %w", err)
+	}
+	peer, err := parseWorkload(*peerWorkload)
+	if err != nil {
+		return fmt.Errorf("-peer-workload: %w", err)
+	}
+	if err := checkRealLimiters(scs, p); err != nil {
+		return err
+	}
 	for _, s := range scs {
 		if s.key == "c-hosts" {
 			if err := canListen("127.0.0.2"); err != nil {
@@ -83,35 +118,85 @@ func mainErr(args []string) error {
 	loadBefore := loadAverage()
 	var groups []group
 	for _, sc := range scs {
-		for _, m := range methods {
-			g := group{scenario: sc, method: m}
-			for _, cl := range cls {
-				progress.Printf("%s %s: %s ...", sc.key, m, cl.name)
-				r, err := run(cl, sc, m, p)
-				if err != nil {
-					return fmt.Errorf("scenario %s, %s, client %s: %w", sc.key, m, cl.key, err)
+		wls := []workload{{}}
+		if sc.workloads {
+			wls = nil
+			for _, w := range workloads(shs, sps) {
+				if sc.takes(w.shape) {
+					wls = append(wls, w)
 				}
-				progress.Printf("%s %s: %s: ok=%d failed=%d errors=%d attempts/req=%.2f wall=%s (%.2fx)",
-					sc.key, m, cl.name, r.succeeded, r.failed, r.errored, r.attemptsPerRequest(), secs(r.wall), r.overLimit())
-				g.results = append(g.results, r)
 			}
-			writeTable(os.Stdout, g, p)
-			groups = append(groups, g)
+		}
+		for _, w := range wls {
+			for _, m := range methods {
+				g := group{scenario: sc, workload: w, method: m}
+				for _, cl := range cls {
+					if sc.workloads && !runsWorkload(cl, full, w, peer) {
+						continue
+					}
+					label := sc.key + " " + m
+					if sc.workloads {
+						label += " " + w.key()
+					}
+					progress.Printf("%s: %s ...", label, cl.name)
+					r, err := run(cl, sc, w, m, p)
+					if err != nil {
+						return fmt.Errorf("scenario %s, %s, client %s: %w", label, m, cl.key, err)
+					}
+					progress.Printf("%s: %s: ok=%d failed=%d errors=%d attempts/req=%.2f wall=%s (%.2fx)",
+						label, cl.name, r.succeeded, r.failed, r.errored, r.attemptsPerRequest(), secs(r.wall), r.overLimit())
+					g.results = append(g.results, r)
+				}
+				if len(g.results) == 0 {
+					continue
+				}
+				writeTable(os.Stdout, g, p)
+				groups = append(groups, g)
+			}
 		}
 	}
 	if *out == "" {
 		return nil
-	}
-	const chart = "throughput.png"
-	if err := writeChart(filepath.Join(*out, chart), p, groups, methods); err != nil {
-		return err
 	}
 	command := "go run . " + strings.Join(args, " ")
 	load := ""
 	if loadBefore != "" {
 		load = fmt.Sprintf("load average %s before the run and %s after it", loadBefore, loadAverage())
 	}
-	return writeResults(filepath.Join(*out, "RESULTS.md"), chart, strings.TrimSpace(command), load, p, groups)
+	// The scenarios with workloads go to a file of their own, as one
+	// summary table: a hundred full tables would bury them.
+	var plain, real []group
+	for _, g := range groups {
+		if g.scenario.workloads {
+			real = append(real, g)
+		} else {
+			plain = append(plain, g)
+		}
+	}
+	if len(real) > 0 {
+		if err := writeRealResults(filepath.Join(*out, "RESULTS-real.md"), strings.TrimSpace(command), load, p, real); err != nil {
+			return err
+		}
+	}
+	if len(plain) == 0 {
+		return nil
+	}
+	const chart = "throughput.png"
+	if err := writeChart(filepath.Join(*out, chart), p, plain, methods); err != nil {
+		return err
+	}
+	return writeResults(filepath.Join(*out, "RESULTS.md"), chart, strings.TrimSpace(command), load, p, plain)
+}
+
+// runsWorkload reports whether client cl runs workload w: every client in
+// full does, the others only peer.
+func runsWorkload(cl client, full []client, w, peer workload) bool {
+	for _, f := range full {
+		if f.key == cl.key {
+			return true
+		}
+	}
+	return w.key() == peer.key()
 }
 
 // loadAverage returns the machine's 1-minute load average where the

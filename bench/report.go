@@ -22,6 +22,7 @@ import (
 // group is the results of every client for one scenario and method.
 type group struct {
 	scenario scenario
+	workload workload // zero for a scenario without workloads
 	method   string
 	results  []result
 }
@@ -31,8 +32,13 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 // writeTable writes one group as a markdown table, followed by the first
 // error of every client that had errors.
 func writeTable(w io.Writer, g group, p params) {
+	p = g.scenario.sized(p)
 	limit := g.scenario.limit(p)
-	fmt.Fprintf(w, "### %s, %s\n\n", g.scenario.title, g.method)
+	if g.scenario.workloads {
+		fmt.Fprintf(w, "### (%s) %s, %s %s\n\n", g.scenario.key, g.scenario.title, g.method, g.workload.about(p.n))
+	} else {
+		fmt.Fprintf(w, "### %s, %s\n\n", g.scenario.title, g.method)
+	}
 	fmt.Fprintf(w, "n=%d, c=%d, physical limit %s", p.n, p.c, secs(limit))
 	switch {
 	case g.scenario.limitAbout != nil:
@@ -43,6 +49,8 @@ func writeTable(w io.Writer, g group, p params) {
 		fmt.Fprintf(w, " (the outage)")
 	case g.scenario.batch:
 		fmt.Fprintf(w, " (%d items in batches of %d, at %g/s over %d mailboxes)", p.n, batchSize, p.rate, mailboxes)
+	case g.scenario.key == "haproxy":
+		fmt.Fprintf(w, " (%d requests at %g/s)", p.n, p.rate)
 	default:
 		fmt.Fprintf(w, " (%d throttled requests at %g/s, burst %d)", throttledCount(g.scenario, p), p.rate, p.burst)
 	}
@@ -306,4 +314,70 @@ func idealLine(sc scenario, p params) plotter.XYs {
 		return plotter.XYs{{X: 0, Y: 0}, {X: o, Y: 0}, {X: o, Y: n}}
 	}
 	return nil
+}
+
+// writeRealResults writes RESULTS-real.md: the scenarios with workloads,
+// one line per scenario, workload, method and client.
+func writeRealResults(path, command, load string, p params, groups []group) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("writing real-limiter results: %w", err)
+	}
+	w := f
+	fmt.Fprintf(w, "# Throttle benchmark behind real limiters, with ids spread\n\n")
+	fmt.Fprintf(w, "Reproduce with `make bench` (or `cd bench && go run . -out .`); this run: `%s`, %s, %s/%s, %d CPUs, %s",
+		command, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), time.Now().UTC().Format("2006-01-02"))
+	if load != "" {
+		fmt.Fprintf(w, ", %s", load)
+	}
+	fmt.Fprintf(w, ".\n\nWorkload: n=%d requests from c=%d workers (nginx-zones: three quarters of both), as in [RESULTS.md](RESULTS.md); "+
+		"request i goes to id i mod (the spread). Attempts, refusals and early retries behind nginx and HAProxy are counted "+
+		"in the client's transport below every client's retry logic, since the server sees only what the limiter let through.\n\n", p.n, p.c)
+	fmt.Fprintf(w, "## Scenarios\n\n")
+	seen := map[string]bool{}
+	for _, g := range groups {
+		if !seen[g.scenario.key] {
+			seen[g.scenario.key] = true
+			fmt.Fprintf(w, "- **%s** (%s): %s\n", g.scenario.key, g.scenario.title, g.scenario.about)
+		}
+	}
+	fmt.Fprintf(w, "\n## Workloads\n\n")
+	for _, sh := range shapes {
+		fmt.Fprintf(w, "- **%s**: GET and POST to %s.\n", sh.key, sh.about)
+	}
+	fmt.Fprintf(w, "\nSpread `1`: every request to id 0; `50`: ids 0-49; `n`: one id per request.\n\n")
+	fmt.Fprintf(w, "## Results\n\nwall/limit: wall time over the scenario's physical limit; refusals: 429s (503s for nginx-503) per request; "+
+		"lost = failed + errors; early: attempts sent before the `Retry-After` of the previous answer.\n\n")
+	writeRealSummary(w, groups)
+	var zoned []group
+	for _, g := range groups {
+		if g.scenario.apis != nil {
+			zoned = append(zoned, g)
+		}
+	}
+	if len(zoned) > 0 {
+		fmt.Fprintf(w, "\n### Each zone against its own physical limit: wall/limit (attempts/request, lost)\n\n")
+		for _, g := range zoned {
+			fmt.Fprintf(w, "%s %s %s:\n", g.scenario.key, g.method, g.workload.key())
+			writeAPIs(w, g)
+			fmt.Fprintln(w)
+		}
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing real-limiter results: %w", err)
+	}
+	return nil
+}
+
+// writeRealSummary writes one line per result of groups.
+func writeRealSummary(w io.Writer, groups []group) {
+	fmt.Fprintln(w, "| scenario | workload | method | client | wall/limit | attempts/req | refusals/req | failed | errors | bodies leaked | sent early | wall | limit |")
+	fmt.Fprintln(w, "|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	for _, g := range groups {
+		for _, r := range g.results {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %.2fx | %.2f | %.2f | %d | %d | %d | %d | %s | %s |\n",
+				g.scenario.key, g.workload.key(), g.method, r.client.name, r.overLimit(), r.attemptsPerRequest(), r.throttledPerRequest(),
+				r.failed, r.errored, r.leaked, r.early, secs(r.wall), secs(r.limit))
+		}
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/realproxy"
 	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
 )
 
@@ -24,6 +25,7 @@ import (
 type result struct {
 	client   client
 	scenario scenario
+	workload workload // zero for a scenario without workloads
 	method   string
 	p        params
 
@@ -81,45 +83,88 @@ type outcome struct {
 	throttled bool          // went to the throttled API
 }
 
-// rig is what one client's run needs: a fresh server, the client on a
-// fresh transport that counts the bodies it hands out, and the number of
-// goroutines before the run, once they settled.
+// rig is what one client's run needs: a fresh server, behind a fresh real
+// limiter when the scenario has one, the client on a fresh transport that
+// counts the bodies it hands out, and the number of goroutines before the
+// run, once they settled.
 type rig struct {
 	srv      *throttletest.Server
+	proxy    *realproxy.Proxy // nil unless the scenario runs behind one
+	url      string           // where requests go: the proxy's URL, or the server's
 	base     *http.Transport
 	counting *countingTransport
 	hc       *http.Client
 	before   int
 }
 
-// newRig starts sc's server and builds cl's client for a run; the caller
-// closes rig.srv.
+// newRig starts sc's server (and limiter) and builds cl's client for a
+// run; the caller closes the rig.
 func newRig(cl client, sc scenario, p params) (*rig, error) {
-	srv := throttletest.NewServer(sc.config(p))
-	base := newBaseTransport(p.c)
-	counting := &countingTransport{base: base}
-	hc, err := cl.build(counting)
+	var cfg throttletest.Config
+	if sc.config != nil {
+		cfg = sc.config(p)
+	}
+	rg := &rig{srv: throttletest.NewServer(cfg)}
+	rg.url = rg.srv.URL
+	if sc.proxy != nil {
+		px, err := sc.proxy(p, rg.srv.URL)
+		if err != nil {
+			rg.srv.Close()
+			return nil, err
+		}
+		rg.proxy, rg.url = px, px.URL
+	}
+	rg.base = newBaseTransport(p.c)
+	rg.counting = &countingTransport{base: rg.base}
+	hc, err := cl.build(rg.counting)
 	if err != nil {
-		srv.Close()
+		rg.close()
 		return nil, err
 	}
+	rg.hc = hc
 	settle(0)
-	return &rig{srv: srv, base: base, counting: counting, hc: hc, before: runtime.NumGoroutine()}, nil
+	rg.before = runtime.NumGoroutine()
+	return rg, nil
+}
+
+// stopProxy stops the limiter, if any, so that the connections it kept
+// to the server end before goroutines are counted.
+func (rg *rig) stopProxy() error {
+	if rg.proxy == nil {
+		return nil
+	}
+	return rg.proxy.Close()
+}
+
+func (rg *rig) close() {
+	_ = rg.stopProxy()
+	rg.srv.Close()
+}
+
+// target returns where request i of a run goes and whether it goes to the
+// throttled API.
+func (rg *rig) target(sc scenario, w workload, method string, p params) func(i int) (string, bool) {
+	if sc.workloads {
+		return func(i int) (string, bool) { return rg.url + sc.path(w, p, i), true }
+	}
+	return func(i int) (string, bool) { return sc.target(rg.srv, method, i) }
 }
 
 // run drives p.n requests from p.c workers through a fresh client against
 // a fresh server, and measures.
-func run(cl client, sc scenario, method string, p params) (result, error) {
+func run(cl client, sc scenario, w workload, method string, p params) (result, error) {
 	if sc.batch {
 		return runBatch(cl, sc, method, p)
 	}
-	res := result{client: cl, scenario: sc, method: method, p: p, limit: sc.limit(p)}
+	p = sc.sized(p)
+	res := result{client: cl, scenario: sc, workload: w, method: method, p: p, limit: sc.limit(p)}
 	rg, err := newRig(cl, sc, p)
 	if err != nil {
 		return res, err
 	}
-	defer rg.srv.Close()
+	defer rg.close()
 	srv, base, counting, hc, before := rg.srv, rg.base, rg.counting, rg.hc, rg.before
+	target := rg.target(sc, w, method, p)
 
 	// The run's own deadline stops a client that would otherwise keep
 	// retrying past any reasonable time; its requests then count as errors.
@@ -138,7 +183,7 @@ func run(cl client, sc scenario, method string, p params) (result, error) {
 				if i >= p.n {
 					return
 				}
-				outcomes[i] = send(ctx, hc, srv, sc, method, i, start, p.reqTimeout)
+				outcomes[i] = send(ctx, hc, target, method, i, start, p.reqTimeout)
 			}
 		}()
 	}
@@ -149,6 +194,9 @@ func run(cl client, sc scenario, method string, p params) (result, error) {
 	// (a connection held by an unclosed body, a goroutine of its own) is
 	// counted; the server's goroutines for those connections count too.
 	base.CloseIdleConnections()
+	if err := rg.stopProxy(); err != nil {
+		return res, err
+	}
 	res.goroutines = settle(before) - before
 	res.leaked = counting.leaked()
 
@@ -174,11 +222,26 @@ func run(cl client, sc scenario, method string, p params) (result, error) {
 	slices.Sort(res.completions)
 	res.p50, res.p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
 
-	st := srv.Stats()
-	res.attempts, res.throttled, res.early = st.Attempts, st.Throttled, st.Early
+	// Behind a real limiter the server sees only what passed it, so the
+	// client's transport counts instead.
+	attempts := map[int]int{}
+	if sc.proxy != nil {
+		for id, c := range counting.counts() {
+			res.attempts += c.attempts
+			res.throttled += c.refused
+			res.early += c.early
+			attempts[requestIndex(id)] = c.attempts
+		}
+	} else {
+		st := srv.Stats()
+		res.attempts, res.throttled, res.early = st.Attempts, st.Throttled, st.Early
+	}
 	for _, rq := range srv.Requests() {
 		if rq.BadBody > 0 {
 			res.badBody++
+		}
+		if sc.proxy == nil {
+			attempts[requestIndex(rq.ID)] = rq.Attempts
 		}
 		if sc.split && !outcomes[requestIndex(rq.ID)].throttled {
 			res.open.attempts += rq.Attempts
@@ -205,15 +268,15 @@ func run(cl client, sc scenario, method string, p params) (result, error) {
 	}
 	res.open.p99 = percentile(openLatencies, 0.99)
 	if sc.apis != nil {
-		res.apis = perAPI(sc, p, outcomes, srv.Requests())
+		res.apis = perAPI(sc, p, outcomes, attempts)
 	}
 	return res, nil
 }
 
 // send issues request i once, as an application would: through the
 // client's Do, reading and closing whatever body it gets.
-func send(ctx context.Context, hc *http.Client, srv *throttletest.Server, sc scenario, method string, i int, start time.Time, timeout time.Duration) outcome {
-	url, throttled := sc.target(srv, method, i)
+func send(ctx context.Context, hc *http.Client, target func(i int) (string, bool), method string, i int, start time.Time, timeout time.Duration) outcome {
+	url, throttled := target(i)
 	o := outcome{throttled: throttled}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -285,8 +348,9 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 	return s[min(max(rank, 0), len(s)-1)]
 }
 
-// perAPI sums the outcomes of each budget's requests, in name order.
-func perAPI(sc scenario, p params, outcomes []outcome, seen []throttletest.Request) []apiResult {
+// perAPI sums the outcomes of each budget's requests, in name order;
+// attempts are by request index.
+func perAPI(sc scenario, p params, outcomes []outcome, attempts map[int]int) []apiResult {
 	apiOf, limits := sc.apis(p)
 	by := map[string]*apiResult{}
 	for name, limit := range limits {
@@ -300,8 +364,8 @@ func perAPI(sc scenario, p params, outcomes []outcome, seen []throttletest.Reque
 		}
 		a.wall = max(a.wall, o.completed)
 	}
-	for _, rq := range seen {
-		by[apiOf(requestIndex(rq.ID))].attempts += rq.Attempts
+	for i, n := range attempts {
+		by[apiOf(i)].attempts += n
 	}
 	out := make([]apiResult, 0, len(by))
 	for _, name := range slices.Sorted(maps.Keys(by)) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/realproxy"
 	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
 )
 
@@ -50,6 +51,46 @@ type scenario struct {
 	// budget's own physical limit for the workload, so that each is
 	// reported against its own limit.
 	apis func(p params) (api func(i int) string, limits map[string]time.Duration)
+
+	// proxy, when set, starts a real limiter in front of the scenario's
+	// server (config, nil for one that throttles nothing), and the
+	// workload goes through it. Attempts, refusals and early retries are
+	// then counted in the client's transport, below its retry logic,
+	// since the server sees only what the limiter let through.
+	proxy func(p params, origin string) (*realproxy.Proxy, error)
+	// workloads reports that the scenario runs the workloads of -shapes
+	// and -spreads instead of target: request i goes to route(w, p, i).
+	workloads bool
+	// route, for a workload scenario, is the path of request i; nil: the
+	// workload's own path.
+	route func(w workload, p params, i int) string
+	// shapeKeys are the workload shapes that mean something to the
+	// scenario; nil: all.
+	shapeKeys []string
+	// scale sizes the workload from the command line's; nil keeps -n and
+	// -c. Every other function of the scenario gets the scaled params.
+	scale func(p params) params
+}
+
+// sized returns the params the scenario runs with.
+func (sc scenario) sized(p params) params {
+	if sc.scale != nil {
+		return sc.scale(p)
+	}
+	return p
+}
+
+// path is the path of workload request i.
+func (sc scenario) path(w workload, p params, i int) string {
+	if sc.route != nil {
+		return sc.route(w, p, i)
+	}
+	return w.path(i, p.n)
+}
+
+// takes reports whether the scenario runs workloads of shape sh.
+func (sc scenario) takes(sh shape) bool {
+	return sc.shapeKeys == nil || slices.Contains(sc.shapeKeys, sh.key)
 }
 
 var scenarios = []scenario{
