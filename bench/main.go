@@ -30,6 +30,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/realproxy"
 )
 
 func main() {
@@ -65,12 +67,19 @@ func mainErr(args []string) error {
 	spreadList := fs.String("spreads", "1,50,n", "comma-separated spreads of a workload's ids: a number of distinct ids, or n for one per request")
 	fullList := fs.String("full-clients", "ours,kiota", "comma-separated clients that run every workload; the others run only -peer-workload")
 	peerWorkload := fs.String("peer-workload", "user/n", "the one workload the clients not in -full-clients run")
+	verify := fs.Bool("verify", false, "check throttletest's models of nginx limit_req and HAProxy's stick table against the real ones, and exit")
 	out := fs.String("out", "", "directory to write RESULTS.md and throughput.png into; empty: stdout only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := p.validate(); err != nil {
 		return err
+	}
+	if *verify {
+		if err := realproxy.Installed(); err != nil {
+			return fmt.Errorf("-verify needs nginx and haproxy (run `make install-deps`): %w", err)
+		}
+		return verifyModels(os.Stdout)
 	}
 	scs, err := pick(*scenarioList, scenarios, func(s scenario) string { return s.key })
 	if err != nil {
