@@ -1,7 +1,7 @@
 # The two commands a new user needs: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: test demo example bench fuzz vet floor staticcheck redis-server
+.PHONY: test demo example bench bench-verify install-deps fuzz vet floor staticcheck redis-server
 
 # staticcheck runs through `go run` at a pinned version, so that a fresh
 # machine needs only the Go toolchain; v0.8 reads Go 1.26 code.
@@ -10,7 +10,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # The Graph example is a module of its own, so that msgraph-sdk-go never
 # enters the library's dependencies; its tests run without -race, which
 # would compile msgraph-sdk-go a second time, and take minutes on 2 cores.
-test: vet staticcheck floor redis-server
+test: install-deps vet staticcheck floor redis-server
 	$(GO) test -race -count=1 ./...
 	cd examples/graph && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && $(GO) test -count=1 ./...
 	cd redisstore && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./... && $(GO) test -race -count=1 ./...
@@ -41,8 +41,33 @@ staticcheck:
 demo:
 	$(GO) run ./cmd/demo $(ARGS)
 
-bench:
+# The full benchmark, scenarios behind real nginx and HAProxy included: about
+# an hour on 2 cores. One scenario quickly, e.g.
+#   cd bench && go run . -scenarios nginx-ra -clients ours -shapes mailbox -spreads 50 -methods GET
+bench: install-deps
 	cd bench && $(GO) run . -out .
+
+# throttletest's models of nginx limit_req and HAProxy's stick table against
+# the real limiters, the same send times through both.
+bench-verify: install-deps
+	cd bench && $(GO) run . -verify
+
+# nginx (limit_req) and HAProxy from Debian's packages, for the tests and
+# scenarios behind real limiters; installed only when missing (nginx-light
+# where the release still has it, else nginx). Where they cannot be installed
+# (no root, no apt-get) those tests skip, except under CI=true.
+install-deps:
+	@missing=""; \
+	for b in nginx haproxy; do \
+		command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing from Debian's packages"; \
+		{ apt-get update -qq && \
+		  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy >/dev/null || \
+		    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy >/dev/null; }; } || \
+		{ echo "could not install$$missing: the tests behind real limiters will skip"; [ "$$CI" != true ]; }; \
+	fi
 
 # Each fuzz target for FUZZTIME (default 1m), one after another; `make test`
 # only replays their seed corpora (testdata/fuzz in each package).

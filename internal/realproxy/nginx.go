@@ -117,7 +117,7 @@ http {
         add_header Retry-After $retry_after always;
 {{- range $i, $z := .Zones}}
         location {{$z.Location}} {
-            limit_req zone=z{{$i}} burst={{$z.Burst}} nodelay;
+            limit_req zone=z{{$i}}{{if $z.Burst}} burst={{$z.Burst}}{{end}} nodelay;
             proxy_pass http://origin;
         }
 {{- end}}
