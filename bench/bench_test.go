@@ -185,7 +185,12 @@ func TestRunWithoutThrottleIsClean(t *testing.T) {
 func TestReportsAreWritten(t *testing.T) {
 	p := params{n: 4, c: 2, rate: 2, burst: 1, outage: time.Second, reqTimeout: time.Second, runTimeout: time.Second, heldAfter: time.Second}
 	var groups []group
+	plain := 0
 	for _, sc := range scenarios {
+		if sc.workloads {
+			continue // in RESULTS-real.md
+		}
+		plain++
 		g := group{scenario: sc, method: "GET"}
 		for _, cl := range clients {
 			g.results = append(g.results, result{client: cl, scenario: sc, method: "GET", p: p, limit: sc.limit(p),
@@ -215,7 +220,8 @@ func TestReportsAreWritten(t *testing.T) {
 	assert.Contains(t, string(md), "![completed requests over time](chart.png)")
 	assert.Contains(t, string(md), ", load average 1.00 before.")
 	assert.Contains(t, string(md), "| ours (default) | 1.50 | 1.50x | 1 |")
-	assert.Equal(t, len(scenarios), strings.Count(string(md), "\n### "))
+	assert.Equal(t, plain, strings.Count(string(md), "\n### "))
+	assert.NotContains(t, string(md), "nginx")
 }
 
 // Without a throttle every client gets every item of every batch through
@@ -256,4 +262,48 @@ func TestBatchItemsMailboxes(t *testing.T) {
 	}
 	_, ok := rule.Match(&http.Request{URL: &url.URL{Path: "/v1.0/me"}})
 	assert.False(t, ok)
+}
+
+// Behind a real limiter the client's transport counts what the server
+// cannot see: attempts, refusals and attempts sent before Retry-After.
+func TestCountingTransportCountsRefusals(t *testing.T) {
+	srv := throttletest.NewServer(throttletest.Config{Bucket: throttletest.Bucket{Rate: 0.001, Burst: 1}})
+	defer srv.Close()
+	base := newBaseTransport(4)
+	defer base.CloseIdleConnections()
+	ct := &countingTransport{base: base}
+	for range 3 {
+		req, err := http.NewRequest(http.MethodGet, srv.URL+"/users/1", nil)
+		require.NoError(t, err)
+		req.Header.Set(throttletest.HeaderRequestID, "r1")
+		resp, err := ct.RoundTrip(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	c := ct.counts()["r1"]
+	assert.Equal(t, 3, c.attempts)
+	assert.Equal(t, 2, c.refused)
+	assert.Equal(t, 1, c.early, "the third attempt came at once after a Retry-After of whole seconds")
+	assert.Equal(t, srv.Stats().Early, c.early, "the server agrees")
+}
+
+func TestRealResultsAreWritten(t *testing.T) {
+	p := params{n: 2000, c: 200, rate: 400, burst: 40}
+	w, err := parseWorkload("mailbox/50")
+	require.NoError(t, err)
+	var groups []group
+	for _, sc := range realScenarios {
+		q := sc.sized(p)
+		g := group{scenario: sc, workload: w, method: "POST"}
+		g.results = append(g.results, result{client: clients[5], scenario: sc, workload: w, method: "POST", p: q, limit: sc.limit(q),
+			succeeded: q.n, attempts: q.n * 11 / 10, throttled: q.n / 10, wall: 2 * sc.limit(q), early: 1, leaked: 2})
+		groups = append(groups, g)
+	}
+	path := t.TempDir() + "/RESULTS-real.md"
+	require.NoError(t, writeRealResults(path, "go run . -x", "load average 1.00 before", p, groups))
+	md, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "| nginx-ra | mailbox/50 | POST | ours (default) | 2.00x | 1.10 | 0.10 | 0 | 0 | 2 | 1 | 9.79 s | 4.90 s |")
+	assert.Contains(t, string(md), "- **haproxy** (HAProxy stick-table sliding window, 429 with Retry-After: 1):")
+	assert.Contains(t, string(md), "Each zone against its own physical limit")
 }

@@ -46,3 +46,56 @@ func TestWindowFloor(t *testing.T) {
 		assert.Equal(t, want, windowFloor(n, w), "n = %d", n)
 	}
 }
+
+func TestRealScenarioLimits(t *testing.T) {
+	p := params{n: 2000, c: 200, rate: 400, burst: 40}
+	byKey := map[string]scenario{}
+	for _, s := range scenarios {
+		byKey[s.key] = s
+	}
+	tests := []struct {
+		key  string
+		want time.Duration
+	}{
+		{"nginx-ra", 4897500 * time.Microsecond}, // (2000 − 41) / 400
+		{"nginx-429", 4897500 * time.Microsecond},
+		{"nginx-503", 4897500 * time.Microsecond},
+		{"haproxy", 5 * time.Second},
+		{"bucket", 5 * time.Second},
+		{"bucket-announce", 5 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.key, func(t *testing.T) {
+			sc, ok := byKey[tt.key]
+			require.True(t, ok)
+			assert.Equal(t, tt.want, sc.limit(sc.sized(p)))
+			assert.True(t, sc.workloads)
+		})
+	}
+	t.Run("nginx-zones", func(t *testing.T) {
+		sc := byKey["nginx-zones"]
+		q := sc.sized(p)
+		assert.Equal(t, 1500, q.n)
+		assert.Equal(t, 150, q.c)
+		apiOf, limits := sc.apis(q)
+		assert.Equal(t, "/v1.0/users", apiOf(0))
+		assert.Equal(t, "/v1.0/me/messages", apiOf(40))
+		assert.Equal(t, "/v1.0/sites", apiOf(44))
+		// 1500 requests: 1120 users at 400/s (burst 40), 110 messages at
+		// 40/s (burst 4), 270 sites at 100/s (burst 10).
+		assert.Equal(t, map[string]time.Duration{
+			"/v1.0/users":       time.Duration(float64(1120-41) / 400 * float64(time.Second)),
+			"/v1.0/me/messages": time.Duration(float64(110-5) / 40 * float64(time.Second)),
+			"/v1.0/sites":       time.Duration(float64(270-11) / 100 * float64(time.Second)),
+		}, limits)
+		assert.Equal(t, limits["/v1.0/users"], sc.limit(q))
+		w, err := parseWorkload("user/50")
+		require.NoError(t, err)
+		assert.Equal(t, "/v1.0/me/messages/40", sc.path(w, q, 40))
+		assert.Equal(t, "/v1.0/sites/48", sc.path(w, q, 98))
+		coll, err := parseWorkload("collection")
+		require.NoError(t, err)
+		assert.Equal(t, "/v1.0/users", sc.path(coll, q, 1))
+		assert.False(t, sc.takes(shapes[1]), "mailboxes mean nothing behind three zones")
+	})
+}

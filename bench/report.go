@@ -180,7 +180,9 @@ func writeResults(path, chart, command, load string, p params, groups []group) e
 	}
 	fmt.Fprintf(w, "\n## Scenarios\n\n")
 	for _, s := range scenarios {
-		fmt.Fprintf(w, "- **%s**: %s\n", s.title, s.about)
+		if !s.workloads { // those with workloads are in RESULTS-real.md
+			fmt.Fprintf(w, "- **%s**: %s\n", s.title, s.about)
+		}
 	}
 	fmt.Fprintf(w, "\n## Columns\n\n%s\n", columns(p))
 	fmt.Fprintf(w, "## Results\n\n")
