@@ -112,3 +112,48 @@ func TestNewTransportRejects(t *testing.T) {
 		})
 	}
 }
+
+// The real limiters' shapes run in virtual time like any other. A client
+// that retries each refusal after 1 ms gets n requests through nginx's
+// limit_req in (n − burst − 1)/rate, its physical limit. Through HAProxy's
+// stick table, which counts refusals, knocking every millisecond would
+// never get through again; knocking once a period takes 20 periods for
+// what could take 10.
+func TestTransportRealShapesInVirtualTime(t *testing.T) {
+	limitReq, err := LimitReqLimiter(LimitReq{Rate: 10, Burst: 4})
+	require.NoError(t, err)
+	stick, err := StickTableLimiter(StickTable{Limit: 10, Period: time.Second})
+	require.NoError(t, err)
+	tests := []struct {
+		name    string
+		limiter func(string, time.Time) Limiter
+		retry   time.Duration
+		want    time.Duration
+	}{
+		{"nginx limit_req", limitReq, time.Millisecond, 9500 * time.Millisecond}, // (100 − 5) / 10
+		{"HAProxy stick table", stick, time.Second, 20 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr, err := NewTransport(Config{Rules: []Rule{{Name: "r", Match: everyRequest, Limiter: tt.limiter, OmitRetryAfter: true}}}, 0)
+				require.NoError(t, err)
+				start := time.Now()
+				for range 100 {
+					for {
+						req, err := http.NewRequest(http.MethodGet, "http://api.test/v1.0/users/1", nil)
+						require.NoError(t, err)
+						resp, err := tr.RoundTrip(req)
+						require.NoError(t, err)
+						require.NoError(t, resp.Body.Close())
+						if resp.StatusCode == http.StatusOK {
+							break
+						}
+						time.Sleep(tt.retry)
+					}
+				}
+				assert.Equal(t, tt.want, time.Since(start))
+			})
+		})
+	}
+}
