@@ -15,8 +15,10 @@
 // The scenarios behind real limiters (nginx-ra, nginx-429, nginx-503,
 // nginx-zones, haproxy) need nginx and haproxy installed (`make
 // install-deps`); they and the bench's own buckets (bucket,
-// bucket-announce) run every workload of -shapes and -spreads for the
-// clients of -full-clients, and -peer-workload alone for the others.
+// bucket-announce), the "real" set, run every workload of -workloads, or
+// of -shapes and -spreads, for the clients of -full-clients, and
+// -peer-workload alone for the others. `make bench` runs the "plain" set
+// and then a share of the "real" one that fits the hour (see the Makefile).
 package main
 
 import (
@@ -59,12 +61,14 @@ func mainErr(args []string) error {
 	fs.DurationVar(&p.reqTimeout, "timeout", 60*time.Second, "cap on one request, retries included")
 	fs.DurationVar(&p.runTimeout, "run-timeout", 3*time.Minute, "cap on one client's run; requests still going then count as errors")
 	fs.DurationVar(&p.heldAfter, "held", 100*time.Millisecond, "a request to the API that is not throttled counts as held when its first attempt arrives later than this after it was issued")
-	scenarioList := fs.String("scenarios", keys(scenarios, func(s scenario) string { return s.key }), "comma-separated scenarios")
+	scenarioList := fs.String("scenarios", keys(scenarios, func(s scenario) string { return s.key }),
+		"comma-separated scenarios; \"plain\" names those without workloads, \"real\" those with")
 	clientList := fs.String("clients", keys(clients, func(c client) string { return c.key }), "comma-separated clients")
 	methodList := fs.String("methods", "GET,POST", "comma-separated methods: GET, POST")
 	shapeList := fs.String("shapes", keys(shapes, func(s shape) string { return s.key }),
 		"comma-separated workload shapes of the scenarios that take workloads ("+keys(realScenarios, func(s scenario) string { return s.key })+")")
 	spreadList := fs.String("spreads", "1,50,n", "comma-separated spreads of a workload's ids: a number of distinct ids, or n for one per request")
+	workloadList := fs.String("workloads", "", "comma-separated workloads such as user/n,mailbox/50,collection, instead of every combination of -shapes and -spreads")
 	fullList := fs.String("full-clients", "ours,kiota", "comma-separated clients that run every workload; the others run only -peer-workload")
 	peerWorkload := fs.String("peer-workload", "user/n", "the one workload the clients not in -full-clients run")
 	verify := fs.Bool("verify", false, "check throttletest's models of nginx limit_req and HAProxy's stick table against the real ones, and exit")
@@ -81,7 +85,7 @@ func mainErr(args []string) error {
 		}
 		return verifyModels(os.Stdout)
 	}
-	scs, err := pick(*scenarioList, scenarios, func(s scenario) string { return s.key })
+	scs, err := pick(expandScenarioSets(*scenarioList), scenarios, func(s scenario) string { return s.key })
 	if err != nil {
 		return fmt.Errorf("-scenarios: %w", err)
 	}
@@ -104,6 +108,17 @@ func mainErr(args []string) error {
 			return fmt.Errorf("-spreads: %w", err)
 		}
 		sps = append(sps, sp)
+	}
+	var listed []workload
+	for _, v := range strings.Split(*workloadList, ",") {
+		if strings.TrimSpace(v) == "" {
+			continue
+		}
+		w, err := parseWorkload(v)
+		if err != nil {
+			return fmt.Errorf("-workloads: %w", err)
+		}
+		listed = append(listed, w)
 	}
 	full, err := pick(*fullList, clients, func(c client) string { return c.key })
 	if err != nil && strings.TrimSpace(*fullList) != "" {
@@ -130,7 +145,11 @@ func mainErr(args []string) error {
 		wls := []workload{{}}
 		if sc.workloads {
 			wls = nil
-			for _, w := range workloads(shs, sps) {
+			all := listed
+			if all == nil {
+				all = workloads(shs, sps)
+			}
+			for _, w := range all {
 				if sc.takes(w.shape) {
 					wls = append(wls, w)
 				}
@@ -195,6 +214,29 @@ func mainErr(args []string) error {
 		return err
 	}
 	return writeResults(filepath.Join(*out, "RESULTS.md"), chart, strings.TrimSpace(command), load, p, plain)
+}
+
+// expandScenarioSets replaces "plain" and "real" in a -scenarios list by
+// the keys of the scenarios without and with workloads.
+func expandScenarioSets(list string) string {
+	sets := map[string]func(scenario) bool{
+		"plain": func(s scenario) bool { return !s.workloads },
+		"real":  func(s scenario) bool { return s.workloads },
+	}
+	var out []string
+	for _, k := range strings.Split(list, ",") {
+		in, ok := sets[strings.TrimSpace(k)]
+		if !ok {
+			out = append(out, k)
+			continue
+		}
+		for _, s := range scenarios {
+			if in(s) {
+				out = append(out, s.key)
+			}
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 // runsWorkload reports whether client cl runs workload w: every client in
