@@ -28,7 +28,7 @@ type modelCheck struct {
 	name      string
 	start     func(origin string) (*realproxy.Proxy, error)
 	model     func() throttletest.Limiter
-	floor     time.Duration // the physical limit of the paced schedule's requests
+	floor     time.Duration // the physical limit of the schedules' requests, which the first approaches from below the rate
 	schedules []schedule
 }
 
@@ -86,6 +86,7 @@ func modelChecks() []modelCheck {
 			},
 			floor: realproxy.LimitReqFloor(verifyN, verifyRate, verifyBurst),
 			schedules: []schedule{
+				paced("burst+1, then 2 % below the rate", verifyBurst+1, 0, interval*102/100, verifyN),
 				paced("burst+1, then the rate", verifyBurst+1, 0, interval, verifyN),
 				paced("burst+1, then 5 % above the rate", verifyBurst+1, 0, interval*95/100, verifyN),
 				poisson("Poisson at twice the rate", 2*verifyRate, verifyN),
@@ -103,6 +104,7 @@ func modelChecks() []modelCheck {
 			},
 			floor: realproxy.StickTableFloor(verifyN, verifyRate, time.Second),
 			schedules: []schedule{
+				paced("the limit, then 2 % below the rate after the first second", verifyRate, time.Second, interval*102/100, verifyN),
 				paced("the limit, then the rate after the first second", verifyRate, time.Second, interval, verifyN),
 				paced("the limit, then the rate after 0.9 s", verifyRate, 900*time.Millisecond, interval, verifyN),
 				poisson("Poisson at twice the rate", 2*verifyRate, verifyN),
