@@ -10,6 +10,14 @@
 // X-Request-Id header, which retries carry over) the attempts it took,
 // retries that arrived before the Retry-After the server named, bodies that
 // arrived different from what the client declared, and when it completed.
+//
+// Its budgets (Rule) take the shapes servers have: token buckets, fixed and
+// sliding windows, and the limiters most servers sit behind, nginx's
+// limit_req (LimitReq) and HAProxy's stick-table rate (StickTable), each
+// modelled to the millisecond and checked against the real one (`make
+// bench-verify`), with their refusals: nginx's default 503 and bare 429s
+// (Rule.Status, Rule.OmitRetryAfter). Transport answers the same way in
+// memory, for tests in virtual time.
 package throttletest
 
 import (
