@@ -64,8 +64,8 @@ bench-verify: install-deps
 
 # nginx (limit_req) and HAProxy from Debian's packages, for the tests and
 # scenarios behind real limiters; installed only when missing (nginx-light
-# where the release still has it, else nginx). Where they cannot be installed
-# (no root, no apt-get) those tests skip, except under CI=true.
+# where the release still has it, else nginx), as root or through sudo -n.
+# Where they cannot be installed those tests skip, except under CI=true.
 install-deps:
 	@missing=""; \
 	for b in nginx haproxy; do \
@@ -73,9 +73,10 @@ install-deps:
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing$$missing from Debian's packages"; \
-		{ apt-get update -qq && \
-		  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy >/dev/null || \
-		    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy >/dev/null; }; } || \
+		sudo=""; [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null || sudo="sudo -n"; \
+		{ $$sudo apt-get update -qq && \
+		  { $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light haproxy >/dev/null || \
+		    $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy >/dev/null; }; } || \
 		{ echo "could not install$$missing: the tests behind real limiters will skip"; [ "$$CI" != true ]; }; \
 	fi
 
