@@ -134,7 +134,7 @@ func TestQueue_PacedThrottleHoldsOnlyItsRequest(t *testing.T) {
 		p, err := q.Admit(t.Context(), post(), time.Time{}, time.Time{}, nil)
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, p.Sent.Sub(start), time.Second)
-		require.True(t, p.paced, "released by a pacing scope")
+		require.NotNil(t, p.budget, "released by a pacing scope")
 
 		// A throttle of a paced release holds nothing else for its minute.
 		q.Report(post(), p, Throttled, time.Minute, nil, time.Now)

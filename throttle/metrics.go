@@ -50,16 +50,16 @@ func (q *Queue) register(mp metric.MeterProvider) error {
 			}
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			for _, sc := range s.scopes {
-				attrs := metric.WithAttributes(observability.ServerAddressKey.String(k.(string)), observability.QueueScopeKey.String(sc.key))
-				if q.counting(sc, now) {
-					o.ObserveFloat64(remaining, sc.budget.budget.Remaining, attrs)
-					if sc.budget.budget.Limit > 0 {
-						o.ObserveFloat64(limit, sc.budget.budget.Limit, attrs)
+			for _, n := range s.nodes {
+				attrs := metric.WithAttributes(observability.ServerAddressKey.String(k.(string)), observability.QueueScopeKey.String(n.key))
+				if n.counting(now, q.recovery) {
+					o.ObserveFloat64(remaining, n.budget.budget.Remaining, attrs)
+					if n.budget.budget.Limit > 0 {
+						o.ObserveFloat64(limit, n.budget.budget.Limit, attrs)
 					}
 					continue
 				}
-				if r, ok := sc.pacer.(interface{ rateAt(time.Time) float64 }); ok && q.recovering(sc, now) {
+				if r, ok := n.pacer.(interface{ rateAt(time.Time) float64 }); ok && n.paces(now, q.recovery) {
 					if rate := r.rateAt(now); rate > 0 {
 						o.ObserveFloat64(pace, rate, attrs)
 					}

@@ -36,12 +36,13 @@ func targetOf(t *testing.T, rawURL string) *target {
 	return New(nil, options.QueueOptions{}).newTarget(&http.Request{URL: u})
 }
 
-// throttled records a throttle of tg as the server's answer would.
-func (q *Queue) throttled(tg *target, sent, now, end time.Time) {
+// throttleTarget records a throttle of tg as the server's answer would.
+func (q *Queue) throttleTarget(tg *target, sent, now, end time.Time) {
 	s := q.state(tg.host, true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	q.record(s, tg, sent, now, end, false)
+	s.activate()
+	q.throttled(s, tg, Pass{Sent: sent}, now, end)
 }
 
 // fixedPacer releases one request every `every` once it has released one.
@@ -131,8 +132,8 @@ func (h *holders) waiters(host string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, sc := range s.scopes {
-		n += len(sc.waiters)
+	for _, nd := range s.nodes {
+		n += len(nd.waiters)
 	}
 	return n
 }
@@ -192,7 +193,7 @@ func TestQueueReleaseOrder(t *testing.T) {
 				h := newHolders(t, options.QueueOptions{})
 				h.q.newPacer = func(time.Time) pacer { return &fixedPacer{every: 100 * time.Millisecond} }
 				for _, th := range tt.throttled {
-					h.q.throttled(targetOf(t, th.url), t0, t0, t0.Add(th.end))
+					h.q.throttleTarget(targetOf(t, th.url), t0, t0, t0.Add(th.end))
 				}
 				for _, w := range tt.held {
 					h.hold(w.url, t0.Add(w.notBefore), time.Time{})
@@ -212,13 +213,13 @@ func TestQueueLongerThrottleWhileHeld(t *testing.T) {
 		h := newHolders(t, options.QueueOptions{})
 		h.q.newPacer = func(time.Time) pacer { return &fixedPacer{every: 100 * time.Millisecond} }
 		me := targetOf(t, graph+"/v1.0/me")
-		h.q.throttled(me, t0, t0, t0.Add(2*time.Second))
+		h.q.throttleTarget(me, t0, t0, t0.Add(2*time.Second))
 		h.hold(graph+"/v1.0/me", t0, time.Time{})
 		h.hold(graph+"/v1.0/me", t0, time.Time{})
 		assert.Equal(t, []time.Duration{2 * time.Second}, h.clk.Pending())
 
 		h.clk.Advance(time.Second)
-		h.q.throttled(me, t0.Add(time.Second), t0.Add(time.Second), t0.Add(4*time.Second))
+		h.q.throttleTarget(me, t0.Add(time.Second), t0.Add(time.Second), t0.Add(4*time.Second))
 		assert.Equal(t, []acquired{{id: 0, at: 4 * time.Second}, {id: 1, at: 4100 * time.Millisecond}}, h.run())
 	})
 }
@@ -233,8 +234,8 @@ func TestQueueReleasePacing(t *testing.T) {
 			h.q.succeededAt(h.q.state("graph.test", true), "/v1.0/me", t0, t0.Add(10*time.Millisecond))
 		}
 		// The first throttle starts the search at its end, 1 s later...
-		h.q.throttled(me, t0, t0, t0.Add(time.Second))
-		p := h.q.state("graph.test", false).scopes["me"].pacer.(*adaptivePacer)
+		h.q.throttleTarget(me, t0, t0, t0.Add(time.Second))
+		p := h.q.state("graph.test", false).nodes["me"].pacer.(*adaptivePacer)
 		require.Equal(t, pacerSearching, p.state)
 		// ...and a throttle of a request released 300 ms into it, at 1.3 s,
 		// ends the search with a decrease to the fitted rate.
@@ -243,7 +244,7 @@ func TestQueueReleasePacing(t *testing.T) {
 		}
 		at := t0.Add(1300 * time.Millisecond)
 		h.clk.Advance(at.Sub(t0))
-		h.q.throttled(me, at.Add(-time.Millisecond), at, at.Add(time.Second))
+		h.q.throttleTarget(me, at.Add(-time.Millisecond), at, at.Add(time.Second))
 		require.Equal(t, pacerSteady, p.state)
 		// A bucket of 40 that let 100 requests through in 300 ms refills
 		// at (100-40)/0.3 s.
@@ -289,7 +290,7 @@ func TestQueueCancelWhileHeld(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := newHolders(t, options.QueueOptions{})
 				h.q.newPacer = func(time.Time) pacer { return &fixedPacer{every: 100 * time.Millisecond} }
-				h.q.throttled(targetOf(t, graph+"/v1.0/me"), t0, t0, t0.Add(10*s))
+				h.q.throttleTarget(targetOf(t, graph+"/v1.0/me"), t0, t0, t0.Add(10*s))
 				for range 3 {
 					h.hold(graph+"/v1.0/me", t0, time.Time{})
 				}
@@ -347,7 +348,7 @@ func TestQueueDeadline(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := newHolders(t, options.QueueOptions{})
 				h.q.newPacer = func(time.Time) pacer { return &fixedPacer{every: 100 * time.Millisecond} }
-				h.q.throttled(targetOf(t, me), t0, t0, t0.Add(tt.end))
+				h.q.throttleTarget(targetOf(t, me), t0, t0, t0.Add(tt.end))
 				for _, w := range tt.held {
 					var deadline time.Time
 					if w.deadline > 0 {
@@ -360,4 +361,11 @@ func TestQueueDeadline(t *testing.T) {
 			})
 		})
 	}
+}
+
+// succeededAt reports a success of a request to path on s's host, sent at
+// sent and answered at back.
+func (q *Queue) succeededAt(s *hostState, path string, sent, back time.Time) {
+	req := &http.Request{URL: &url.URL{Scheme: "https", Host: "graph.test", Path: path}}
+	q.Report(req, Pass{Sent: sent, host: s}, Succeeded, 0, nil, func() time.Time { return back })
 }

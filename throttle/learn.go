@@ -1,0 +1,201 @@
+package throttle
+
+import "time"
+
+// budgetOf returns the budget that paces a request with keys at now: the
+// widest node of its tree the evidence made a budget (or that follows a
+// budget the server announced), nil when none.
+func (q *Queue) budgetOf(s *hostState, keys []string, now time.Time) *node {
+	for _, k := range keys {
+		if n := s.nodes[k]; n != nil && n.live(now, q.recovery) {
+			return n
+		}
+	}
+	return nil
+}
+
+// held returns until when the server's own word holds t: a throttle of
+// its exact URL or path.
+func (s *hostState) held(t *target) time.Time {
+	var until time.Time
+	if e := s.urls[t.url]; e != nil {
+		until = e.end
+	}
+	if e := s.paths[t.path]; e != nil {
+		until = later(until, e.end)
+	}
+	return until
+}
+
+// throttled records that the server throttled t, sent as p, until end.
+// The throttle goes to the budget the evidence places it in, whose pacer
+// slows down; it then holds only its own request, which waits out its
+// Retry-After. Without a budget it is the item's own: the server's word
+// holds its URL and path until end, and nothing else is held or paced.
+func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) {
+	s.seq++
+	s.lastEnd = later(s.lastEnd, end)
+	item := s.paths[t.path]
+	if item == nil {
+		item = &entry{}
+		s.paths[t.path] = item
+	}
+	// Sent while its own last throttle's wait ran: other requests to it
+	// were out at once, and it may be a budget of its own.
+	concurrent := p.Sent.Before(item.named)
+	if !item.at.IsZero() && !concurrent && s.lastSuccess.After(item.at) {
+		item.strikes++ // throttled again after its wait, while others succeed
+	}
+	item.named, item.at, item.seq = later(item.named, end), now, s.seq
+	keys := t.keys()
+	var n *node
+	if item.strikes < lockedStrikes {
+		n = q.attribute(s, t, keys, now, end, concurrent)
+	}
+	if n == nil {
+		// Locked, or throttled on its own: its own word holds it.
+		item.end = later(item.end, end)
+		u := s.urls[t.url]
+		if u == nil {
+			u = &entry{}
+			s.urls[t.url] = u
+		}
+		u.end, u.seq = later(u.end, end), s.seq
+		q.prune(s, now)
+		if b := q.budgetOf(s, keys, now); b != nil {
+			b.waiters.kick()
+		}
+		if w := s.nodes[keys[len(keys)-1]]; w != nil {
+			w.waiters.kick()
+		}
+		return
+	}
+	// Its budget's pacer governs it now: what held the item alone ends
+	// through that pace.
+	item.end = time.Time{}
+	if u := s.urls[t.url]; u != nil {
+		u.end = time.Time{}
+	}
+	n.lastEnd = later(n.lastEnd, end)
+	n.seq = s.seq
+	if p.counted {
+		// Following the server's announced budget still met a 429: the
+		// learned pace decides until this is a recovery window old.
+		n.distrust = now.Add(q.recovery)
+	}
+	n.pacer.throttled(p.Sent, now, end)
+	if n.depth+1 < len(keys) {
+		n.even.add(keys[n.depth+1], true)
+	}
+	q.judge(s, n, keys, now)
+	q.prune(s, now)
+	n.waiters.kick()
+}
+
+// attribute returns the budget a throttle of t, which holds it until end,
+// counts against: the widest node whose distinct throttled targets within
+// spreadWindow reach the 5-n rule, a node already a budget, or t's own
+// item when requests to it were throttled together; nil when the throttle
+// is t's alone. concurrent says the throttled request was out while t's
+// previous throttle's wait ran.
+func (q *Queue) attribute(s *hostState, t *target, keys []string, now, end time.Time, concurrent bool) *node {
+	until := later(now.Add(spreadWindow), end)
+	var found *node
+	for d := range len(keys) - 1 {
+		n := s.node(keys[d], d)
+		n.seq = s.seq
+		c := n.spread(t.path, now, until)
+		if found == nil && !now.Before(n.dropped) && (n.paces(now, q.recovery) || c >= need(d)) {
+			found = n
+		}
+	}
+	if found == nil {
+		d := len(keys) - 1
+		item := s.node(keys[d], d)
+		item.seq = s.seq
+		if !now.Before(item.dropped) && (item.paces(now, q.recovery) || concurrent) {
+			found = item
+		}
+	}
+	if found == nil {
+		return nil
+	}
+	if !found.shared || found.pacer == nil {
+		found.share(now, q.newPacer)
+		// Widening: a budget below it on t's path was the same budget seen
+		// through fewer targets. Its pace, learned from the same server,
+		// carries over.
+		for _, k := range keys[found.depth+1:] {
+			if c := s.nodes[k]; c != nil && c.shared && c.pacer != nil {
+				found.pacer, found.since = c.pacer, c.since
+				c.shared, c.pacer = false, nil
+				c.waiters.wakeAll()
+				break
+			}
+		}
+		// The host's successes before its first throttle were counted
+		// without the lock: the first budget of the host takes them as
+		// what the server let through (most hosts are one budget).
+		{
+			if c, start := s.wave.take(now); c > 0 {
+				found.pacer.settle(c, start)
+			}
+		}
+	}
+	return found
+}
+
+// succeeded records a success of t, sent as p, at now.
+func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time) {
+	s.lastSuccess = now
+	if e := s.paths[t.path]; e != nil {
+		e.strikes = 0
+	}
+	keys := t.keys()
+	for _, k := range keys {
+		if n := s.nodes[k]; n != nil && !n.shared {
+			n.successes.add(p.Sent)
+		}
+	}
+	n := p.budget
+	if n == nil || !n.shared {
+		n = q.budgetOf(s, keys, now)
+	}
+	if n == nil || n.pacer == nil {
+		return
+	}
+	if p.Sent.Before(n.since) {
+		// Sent before its first throttle came back: part of the same wave.
+		n.pacer.settle(1, p.Sent)
+	}
+	n.pacer.succeeded(p.Sent, now)
+	if n.depth+1 < len(keys) {
+		n.even.add(keys[n.depth+1], false)
+		q.judge(s, n, keys, now)
+	}
+}
+
+// judge drops budget n when its throttles do not fall alike on its
+// children: then neither n nor any node above it is one budget, and each
+// of its throttled children becomes a budget of its own.
+func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
+	hot, uneven := n.even.uneven()
+	if !uneven {
+		return
+	}
+	until := now.Add(q.recovery)
+	for d := 0; d <= n.depth; d++ {
+		if a := s.nodes[keys[d]]; a != nil {
+			a.drop(until)
+		}
+	}
+	for _, k := range hot {
+		c := s.node(k, n.depth+1)
+		if now.Before(c.dropped) {
+			continue
+		}
+		c.share(now, q.newPacer)
+		c.lastEnd, c.seq = later(c.lastEnd, n.lastEnd), s.seq
+	}
+}
+
