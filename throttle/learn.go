@@ -120,28 +120,7 @@ func (q *Queue) attribute(s *hostState, t *target, keys []string, now, end time.
 	if found == nil {
 		return nil
 	}
-	if !found.shared || found.pacer == nil {
-		found.share(now, q.newPacer)
-		// Widening: a budget below it on t's path was the same budget seen
-		// through fewer targets. Its pace, learned from the same server,
-		// carries over.
-		for _, k := range keys[found.depth+1:] {
-			if c := s.nodes[k]; c != nil && c.shared && c.pacer != nil {
-				found.pacer, found.since = c.pacer, c.since
-				c.shared, c.pacer = false, nil
-				c.waiters.wakeAll()
-				break
-			}
-		}
-		// The host's successes before its first throttle were counted
-		// without the lock: the first budget of the host takes them as
-		// what the server let through (most hosts are one budget).
-		{
-			if c, start := s.wave.take(now); c > 0 {
-				found.pacer.settle(c, start)
-			}
-		}
-	}
+	q.share(s, found, keys, now)
 	return found
 }
 
@@ -199,3 +178,28 @@ func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 	}
 }
 
+
+// share makes n the budget of its requests, when it is not yet.
+func (q *Queue) share(s *hostState, n *node, keys []string, now time.Time) {
+	if n.shared && n.pacer != nil {
+		return
+	}
+	n.share(now, q.newPacer)
+	// Widening: a budget below it on the path was the same budget seen
+	// through fewer targets. Its pace, learned from the same server,
+	// carries over.
+	for _, k := range keys[n.depth+1:] {
+		if c := s.nodes[k]; c != nil && c.shared && c.pacer != nil {
+			n.pacer, n.since = c.pacer, c.since
+			c.shared, c.pacer = false, nil
+			c.waiters.wakeAll()
+			return
+		}
+	}
+	// The host's successes before its first throttle were counted
+	// without the lock: the first budget of the host takes them as what
+	// the server let through (most hosts are one budget).
+	if c, start := s.wave.take(now); c > 0 {
+		n.pacer.settle(c, start)
+	}
+}

@@ -183,7 +183,7 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		s.activate()
 	}
 	if announces {
-		q.announce(s, t, b, p.Sent, now)
+		q.announce(s, t, b, p, now)
 	}
 	switch o {
 	case Throttled:
@@ -195,30 +195,43 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	case Succeeded:
 		q.succeeded(s, t, p, now)
 	}
+	// What the answer changed may let the head of its budget go sooner.
+	if p.budget != nil {
+		p.budget.waiters.kick()
+	}
+	if n := q.budgetOf(s, t.keys(), now); n != nil && n != p.budget {
+		n.waiters.kick()
+	}
 }
 
-// announce takes budget b, announced at now in the answer to t sent at
-// sent. A budget starts being followed once the server says it is nearly
-// spent; from then on its host's requests go through the queue, and its
-// releases keep within what the server says is left. The host's budget
-// takes it unless the evidence placed t's budget lower: most servers
-// announce one budget per client.
-func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, sent, now time.Time) {
-	n := q.budgetOf(s, t.keys(), now)
+// announce takes budget b, announced at now in the answer to t sent as
+// p. The host's budget takes it unless the evidence placed t's budget
+// lower: most servers announce one budget per client. A budget the server
+// says is spent is the news a throttle brings, before it costs one: the
+// budget's pacer learns from it as from a throttle, and nothing is held.
+func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, now time.Time) {
+	keys := t.keys()
+	n := q.budgetOf(s, keys, now)
 	if n == nil {
 		n = s.node("", 0)
 	}
-	if !n.budget.live(now, q.recovery) {
-		if !b.NearlySpent() {
-			return // room enough: nothing to follow
-		}
-		s.seq++
-		n.seq = s.seq
-		n.budget.refresh(b, sent, now, n.inflight)
-		q.prune(s, now)
+	if !n.budget.live(now, q.recovery) && !b.NearlySpent() {
+		return // room enough: nothing to follow
+	}
+	s.seq++
+	n.seq = s.seq
+	n.budget.refresh(b, p.Sent, now, n.inflight)
+	if !b.Spent() {
 		return
 	}
-	n.budget.refresh(b, sent, now, n.inflight)
+	q.share(s, n, keys, now)
+	n.lastEnd = later(n.lastEnd, now)
+	if sp, ok := n.pacer.(spender); ok {
+		sp.spent(p.Sent, now)
+	} else {
+		n.pacer.throttled(p.Sent, now, now)
+	}
+	q.prune(s, now)
 }
 
 // ErrHoldTooLong is returned by Admit, at once, when the throttles the

@@ -110,7 +110,7 @@ func (n *node) paces(now time.Time, recovery time.Duration) bool {
 // counting reports whether n's releases follow the count of a budget the
 // server announced rather than the pace learned from its throttles.
 func (n *node) counting(now time.Time, recovery time.Duration) bool {
-	return n.budget.counted() && n.budget.live(now, recovery) && !now.Before(n.distrust)
+	return false && n.budget.counted() && n.budget.live(now, recovery) && !now.Before(n.distrust)
 }
 
 // share makes n the budget of its requests from now on.
