@@ -23,7 +23,6 @@ import (
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/effective"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/metrics"
-	"github.com/kiota-resilience/kiota-resilience-go/internal/outage"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/wait"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/throttle"
@@ -42,10 +41,8 @@ type RetryHandler struct {
 	limits effective.Limits // effective.LimitsOf(opts)
 	clock  options.Clock
 	queue  *throttle.Queue // nil when the handler's options turn it off
-	// outages holds the requests to hosts that are down; see outage.go.
-	outages *outage.Hosts
-	inst    *metrics.Instruments
-	stats   stats
+	inst   *metrics.Instruments
+	stats  stats
 }
 
 var _ nethttplibrary.Middleware = (*RetryHandler)(nil)
@@ -77,7 +74,6 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 		}
 		h.queue = throttle.New(clock, qo)
 	}
-	h.outages = outage.New(clock, opts.Outage, opts.MeterProvider)
 	return h, nil
 }
 
@@ -166,19 +162,12 @@ type run struct {
 	current *http.Response
 	last    *http.Response
 	lastErr error
-	// The outage gate's part (outage.go): the tickets of the attempt in
-	// flight and of the first attempt, whether the last answer was a failure rather than a
-	// throttle, and the error of a request handed back unsent.
-	ticket, first outage.Ticket
-	afterFailure  bool
-	handedBack    error
 }
 
 // do runs the attempts. ctx is the request's context, carrying the
 // handler's span when tracing is on. Should a callback panic, the panic goes
 // on unchanged once the responses the handler holds are closed.
 func (r *run) do(ctx context.Context) (*http.Response, error) {
-	defer r.hostDone()
 	returned := false
 	defer func() {
 		if !returned {
@@ -201,7 +190,7 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 	for retry := 0; ; retry++ {
 		pass, held, err := r.admit(ctx, retry, notBefore)
 		if held != "" {
-			return r.giveUp(retry, held, r.handedBack)
+			return r.giveUp(retry, held, nil)
 		}
 		if err != nil {
 			r.drop()
@@ -216,46 +205,37 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 			wrote.release()
 			// The queue let the attempt go and counts it in flight until
 			// it hears of it.
-			ans := r.newAnswer(retry+1, nil, nil, err)
-			r.observe(&ans, pass)
-			r.reportHost(outage.NoAnswer, 0)
+			r.observe(nil, err, pass, retry+1, &reading{clock: r.h.clock})
 			return r.giveUp(retry, stopRewind, fmt.Errorf("preparing attempt %d: %w", retry+1, err))
 		}
 		r.drop()
 		resp, err := r.send(attemptReq, retry)
 		r.current = resp
-		ans := r.newAnswer(retry+1, attemptReq, resp, err)
+		back := reading{clock: r.h.clock} // when the attempt came back
 		r.obs.sent(ctx, err)
 		// Every admitted attempt is reported, a canceled one too, so that a
 		// probe it was does not hold its scope.
-		outcome := r.observe(&ans, pass)
+		r.observe(resp, err, pass, retry+1, &back)
 		if err != nil && ctx.Err() != nil {
-			r.reportHost(outage.NoAnswer, 0)
 			wrote.release()
 			discard(resp)
 			r.current = nil
 			return nil, r.canceled(ctx, retry+1)
 		}
-		stop := r.classify(&ans, wrote)
+		stop := r.classify(attemptReq, resp, err, wrote, retry+1)
 		wrote.release()
 		var delay time.Duration
 		if stop == "" {
-			delay, stop = r.retryDelay(ctx, &ans)
-		}
-		r.reportHost(hostOutcome(resp, err, outcome), delay)
-		// Items of a batch answered one by one are throttles, not failures.
-		r.afterFailure = outcome != throttle.Throttled && !r.batch.answeredByItems()
-		if stop == "" && r.handsBack(outcome) {
-			stop = r.handBackAnswer(ctx, resp, ans.back.now(), delay)
+			delay, stop = r.retryDelay(ctx, attemptReq, resp, err, retry+1, back.now())
 		}
 		unpeek(resp)
 		r.current, r.last, r.lastErr = nil, resp, err
 		if stop != "" {
-			return r.giveUp(retry+1, stop, r.handedBack)
+			return r.giveUp(retry+1, stop, nil)
 		}
 		actx = r.obs.retrying(ctx, retry+1, resp, err, delay)
 		r.last = keep(resp)
-		notBefore = ans.back.now().Add(delay)
+		notBefore = back.now().Add(delay)
 	}
 }
 
@@ -296,26 +276,16 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (thrott
 	if ctx.Err() != nil {
 		return throttle.Pass{Sent: now}, "", ctx.Err()
 	}
-	if held, err := r.passGate(ctx, retry, &notBefore, now); held != "" || err != nil {
-		return throttle.Pass{Sent: now}, held, err
-	}
 	var pass throttle.Pass
 	var err error
 	switch q := r.queue(); {
 	case q != nil && q.Active(r.req):
 		deadline, limit := r.holdDeadline(ctx, now)
-		if r.opts.HandBack != options.HandBackNone {
-			deadline = later(now, notBefore) // no hold past its own time
-		}
 		// The queue sees a copy of the observer, so that the request's run
 		// stays on the stack when the queue is not in the way.
 		obs := &queueObserver{r.obs}
 		pass, err = q.Admit(ctx, r.req, notBefore, deadline, obs)
 		r.obs = obs.observer
-		var hold *throttle.HoldError
-		if errors.As(err, &hold) && r.opts.HandBack != options.HandBackNone {
-			return pass, r.handBack(retry, hold.Until), nil
-		}
 		if errors.Is(err, throttle.ErrHoldTooLong) {
 			if retry > 0 {
 				// The answer in hand is worth more than a retry past the
@@ -369,46 +339,48 @@ func (r *run) queue() *throttle.Queue {
 	return r.h.queue
 }
 
-// observe tells the queue what the server answered to an admitted
-// attempt, and to the items of a JSON batch, so that requests to a
-// throttled target are held and its scope's pace is learned, and returns
-// its reading of the answer. It runs even for a request that opted out of
-// the queue, for the others' sake.
-func (r *run) observe(ans *answer, pass throttle.Pass) throttle.Outcome {
+// observe tells the queue what the server answered to attempt n, so that
+// requests to a throttled target are held and its scope's pace is learned.
+// It runs even for a request that opted out of the queue, for the others'
+// sake. back is when the response came; only some answers need it.
+func (r *run) observe(resp *http.Response, err error, pass throttle.Pass, n int, back *reading) {
 	q := r.h.queue
-	if q != nil {
-		r.batch.learn(q, ans)
+	if q == nil {
+		return
 	}
 	outcome, hold := throttle.Failed, time.Duration(0)
 	switch {
-	case ans.err != nil || ans.resp == nil:
+	case err != nil || resp == nil:
 	case r.batch.answeredByItems():
 		// The batch itself was answered; its items are throttled one by
 		// one, and its stand-in says nothing of the batch's own URL.
 		outcome = throttle.Succeeded
 	default:
 		var policyHold bool
-		outcome, hold, policyHold = verdict(ans.resp.StatusCode, ans.resp.Header, ans.back.now)
-		if policyHold && q != nil {
-			hold = ans.policyHold()
+		outcome, hold, policyHold = verdict(resp.StatusCode, resp.Header, back.now)
+		if outcome == throttle.Unavailable && !q.Serving(r.req, back.now()) {
+			// An outage, or a server that answers no one: nothing to learn
+			// a pace from, and the policy is asked once, by the loop.
+			policyHold = false
+		}
+		if policyHold {
+			hold = r.policyDelay(resp, n, back.now())
 		}
 	}
-	if q == nil {
-		return outcome
-	}
 	var header http.Header
-	if ans.resp != nil {
-		header = ans.resp.Header
+	if resp != nil {
+		header = resp.Header
 	}
-	q.Report(r.req, pass, outcome, hold, header, ans.back.now)
-	return outcome
+	q.Report(r.req, pass, outcome, hold, header, back.now)
 }
 
 // verdict is what an answer with status and header tells the throttle
 // queue: its outcome and, for a throttle, how long it holds its target. A
 // 429 without a usable Retry-After holds it for the policy's delay, which
-// the caller knows: policyHold says so. A 503 or 504 is a throttle only
-// when it names a Retry-After. now is read only when needed.
+// the caller knows: policyHold says so. A 503 or 504 is a throttle when
+// it names a Retry-After; a 503 that names none is Unavailable, held for
+// the policy's delay should the queue find it a capacity limit. now is
+// read only when needed.
 func verdict(status int, header http.Header, now func() time.Time) (o throttle.Outcome, hold time.Duration, policyHold bool) {
 	switch {
 	case status == http.StatusTooManyRequests:
@@ -418,10 +390,24 @@ func verdict(status int, header http.Header, now func() time.Time) (o throttle.O
 		if hold, has := RetryAfter(header, now()); has {
 			return throttle.Throttled, hold, false
 		}
+		if status == http.StatusServiceUnavailable {
+			return throttle.Unavailable, 0, true
+		}
 	case status < 500:
 		return throttle.Succeeded, 0, false
 	}
 	return throttle.Failed, 0, false
+}
+
+// policyDelay is how long a 429 without a usable Retry-After holds its
+// target: the delay the request's policy gives retry n, or none when the
+// policy would not retry.
+func (r *run) policyDelay(resp *http.Response, n int, now time.Time) time.Duration {
+	delay, ok := r.policy.Next(options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: r.req, Response: resp})
+	if !ok {
+		return 0
+	}
+	return delay
 }
 
 // attemptRequest clones the caller's request for attempt retry+1 with a
@@ -443,9 +429,6 @@ func (r *run) attemptRequest(ctx context.Context, retry int) (*http.Request, err
 // send runs one attempt down the rest of the pipeline, bounded by the
 // per-attempt timeout when one is set.
 func (r *run) send(req *http.Request, retry int) (*http.Response, error) {
-	if r.batch != nil {
-		r.batch.attempt = retry + 1
-	}
 	r.h.stats.attempts.Add(1)
 	if retry > 0 {
 		r.h.stats.retries.Add(1)
@@ -489,19 +472,20 @@ const (
 	stopRewind        = "body not rewound"
 )
 
-// classify returns "" when ans failed in a way worth retrying,
-// or why it is final. A policy that implements options.Classifier decides
-// which attempts failed when it has an opinion; otherwise the status code
-// list does, and every transport error counts as a failure. wrote, when
-// not nil, tells how far a request that must not be sent twice got.
-func (r *run) classify(ans *answer, wrote *writes) string {
-	resp, err := ans.resp, ans.err
+// classify returns "" when the attempt failed in a way worth retrying
+// with retry n, or why it is final. A policy that implements
+// options.Classifier decides which attempts failed when it has an opinion;
+// otherwise the status code list does, and every transport error counts as
+// a failure. wrote, when not nil, tells how far a request that must not
+// be sent twice got.
+func (r *run) classify(req *http.Request, resp *http.Response, err error, wrote *writes, n int) string {
 	if err != nil && permanent(err) {
 		return stopPermanent
 	}
 	failed := err != nil || effective.Retryable(r.opts, resp.StatusCode)
 	if c, ok := r.policy.(options.Classifier); ok {
-		if retry, decided := c.Retryable(ans.attempt()); decided {
+		a := options.Attempt{Retry: n, Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: peek(resp), Err: err}
+		if retry, decided := c.Retryable(a); decided {
 			failed = retry
 		}
 	}
@@ -596,14 +580,17 @@ func (w *writes) release() {
 }
 
 // retryDelay applies the handler's rules on top of the policy: it returns
-// the delay before the retry the failed answer would lead to, or why
-// that retry may not be made.
-func (r *run) retryDelay(ctx context.Context, ans *answer) (time.Duration, string) {
-	if max := r.limits.MaxRetries; max < 0 || max > 0 && ans.n > max {
+// the delay before retry n, or why that retry may not be made. now is when
+// the failed attempt came back.
+func (r *run) retryDelay(ctx context.Context, req *http.Request, resp *http.Response, err error, n int, now time.Time) (time.Duration, string) {
+	if max := r.limits.MaxRetries; max < 0 || max > 0 && n > max {
 		return 0, stopRetries
 	}
-	a := ans.attempt()
-	delay, ok := ans.next()
+	a := options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: req, Response: peek(resp), Err: err}
+	if resp != nil {
+		a.RetryAfter, a.HasRetryAfter = RetryAfter(resp.Header, now)
+	}
+	delay, ok := r.policy.Next(a)
 	if !ok {
 		return 0, stopPolicy
 	}

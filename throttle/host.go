@@ -46,9 +46,12 @@ type entry struct {
 	strikes int
 }
 
-func (q *Queue) state(host string, create bool) *hostState {
+// state returns the state of host, nil when it has none and create is
+// false. Creating one sweeps, at most once a recovery window, the hosts
+// idle at now.
+func (q *Queue) state(host string, create bool, now time.Time) *hostState {
 	if create {
-		q.sweep()
+		q.sweep(now)
 	}
 	if s, ok := q.hosts.Load(host); ok {
 		return s.(*hostState)
@@ -81,8 +84,7 @@ func (s *hostState) node(key string, depth int) *node {
 // sweep forgets the hosts that had no throttle for the recovery window and
 // no answer in it either. It runs as answers come, at most once a recovery
 // window, so that state grows only with the hosts in use.
-func (q *Queue) sweep() {
-	now := q.clock.Now()
+func (q *Queue) sweep(now time.Time) {
 	last := q.swept.Load()
 	if now.UnixNano()-last < int64(q.recovery) || !q.swept.CompareAndSwap(last, now.UnixNano()) {
 		return
@@ -225,4 +227,10 @@ func (c *waveCount) take(now time.Time) (int, time.Time) {
 		return 0, time.Time{} // counted too long ago
 	}
 	return int(n), time.Unix(0, start)
+}
+
+// serving reports whether a success of the host was sent within
+// capacityWindow before now.
+func (s *hostState) serving(now time.Time) bool {
+	return now.UnixNano()-s.succeeded.Load() < int64(capacityWindow)
 }

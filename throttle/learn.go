@@ -1,6 +1,9 @@
 package throttle
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // budgetOf returns the budget that paces a request with keys at now: the
 // widest node of its tree the evidence made a budget (or that follows a
@@ -40,9 +43,10 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) {
 		item = &entry{}
 		s.paths[t.path] = item
 	}
-	// Sent while its own last throttle's wait ran: other requests to it
-	// were out at once, and it may be a budget of its own.
-	concurrent := p.Sent.Before(item.named)
+	// Sent before its own last throttle came back: requests to it were
+	// out together and throttled together, and it may be a budget of its
+	// own.
+	concurrent := p.Sent.Before(item.at)
 	if !item.at.IsZero() && !concurrent && s.lastSuccess.After(item.at) {
 		item.strikes++ // throttled again after its wait, while others succeed
 	}
@@ -50,7 +54,7 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) {
 	keys := t.keys()
 	var n *node
 	if item.strikes < lockedStrikes {
-		n = q.attribute(s, t, keys, now, end, concurrent)
+		n = q.attribute(s, keys, now, concurrent)
 	}
 	if n == nil {
 		// Locked, or throttled on its own: its own word holds it.
@@ -92,19 +96,18 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) {
 	n.waiters.kick()
 }
 
-// attribute returns the budget a throttle of t, which holds it until end,
-// counts against: the widest node whose distinct throttled targets within
+// attribute returns the budget a throttle of t counts against: the widest node whose distinct throttled targets within
 // spreadWindow reach the 5-n rule, a node already a budget, or t's own
 // item when requests to it were throttled together; nil when the throttle
 // is t's alone. concurrent says the throttled request was out while t's
 // previous throttle's wait ran.
-func (q *Queue) attribute(s *hostState, t *target, keys []string, now, end time.Time, concurrent bool) *node {
-	until := later(now.Add(spreadWindow), end)
+func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent bool) *node {
+	until := now.Add(spreadWindow)
 	var found *node
 	for d := range len(keys) - 1 {
 		n := s.node(keys[d], d)
 		n.seq = s.seq
-		c := n.spread(t.path, now, until)
+		c := n.spread(keys[d+1], now, until)
 		if found == nil && !now.Before(n.dropped) && (n.paces(now, q.recovery) || c >= need(d)) {
 			found = n
 		}
@@ -120,7 +123,7 @@ func (q *Queue) attribute(s *hostState, t *target, keys []string, now, end time.
 	if found == nil {
 		return nil
 	}
-	q.share(s, found, keys, now)
+	q.share(s, found, now)
 	return found
 }
 
@@ -180,21 +183,30 @@ func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 
 
 // share makes n the budget of its requests, when it is not yet.
-func (q *Queue) share(s *hostState, n *node, keys []string, now time.Time) {
+func (q *Queue) share(s *hostState, n *node, now time.Time) {
 	if n.shared && n.pacer != nil {
 		return
 	}
 	n.share(now, q.newPacer)
-	// Widening: a budget below it on the path was the same budget seen
-	// through fewer targets. Its pace, learned from the same server,
-	// carries over.
-	for _, k := range keys[n.depth+1:] {
-		if c := s.nodes[k]; c != nil && c.shared && c.pacer != nil {
-			n.pacer, n.since = c.pacer, c.since
+	// Widening: budgets below it were the same budget seen through fewer
+	// targets. The pace learned by the latest of them, from the same
+	// server, carries over; they end in it.
+	var (
+		learned pacer
+		latest  uint64
+	)
+	for _, c := range s.nodes {
+		if c != n && c.shared && c.pacer != nil && c.depth > n.depth && below(c.key, n.key) {
+			if learned == nil || c.seq > latest {
+				learned, latest, n.since = c.pacer, c.seq, c.since
+			}
 			c.shared, c.pacer = false, nil
 			c.waiters.wakeAll()
-			return
 		}
+	}
+	if learned != nil {
+		n.pacer = learned
+		return
 	}
 	// The host's successes before its first throttle were counted
 	// without the lock: the first budget of the host takes them as what
@@ -202,4 +214,9 @@ func (q *Queue) share(s *hostState, n *node, keys []string, now time.Time) {
 	if c, start := s.wave.take(now); c > 0 {
 		n.pacer.settle(c, start)
 	}
+}
+
+// below reports whether the node key is below the node of prefix.
+func below(key, prefix string) bool {
+	return prefix == "" || strings.HasPrefix(key, prefix) && len(key) > len(prefix) && key[len(prefix)] == '/'
 }

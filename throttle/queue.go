@@ -114,7 +114,7 @@ const (
 // first. obs, when not nil, hears when the request is held and released.
 // A request to a host that was never throttled takes no lock.
 func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadline time.Time, obs Observer) (Pass, error) {
-	s := q.state(hostKey(req), false)
+	s := q.state(hostKey(req), false, time.Time{})
 	if s == nil || !s.active.Load() {
 		err := wait.Until(ctx, q.clock, notBefore)
 		return Pass{Sent: later(q.clock.Now(), notBefore), host: s}, err
@@ -139,14 +139,14 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	}
 	s := p.host
 	if s == nil {
-		s = q.state(hostKey(req), o != Failed || announces)
+		s = q.state(hostKey(req), o != Failed || announces, p.Sent)
 		if s == nil {
 			return
 		}
 	}
 	if o == Unavailable {
 		// Others succeeding meanwhile make it a capacity limit.
-		if now := back(); now.UnixNano()-s.succeeded.Load() < int64(capacityWindow) {
+		if s.serving(back()) {
 			o = Throttled
 		} else {
 			o = Failed
@@ -179,7 +179,7 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	if p.budget != nil {
 		p.budget.inflight--
 	}
-	if announces || o == Throttled {
+	if o == Throttled {
 		s.activate()
 	}
 	if announces {
@@ -210,13 +210,17 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 // says is spent is the news a throttle brings, before it costs one: the
 // budget's pacer learns from it as from a throttle, and nothing is held.
 func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, now time.Time) {
+	if s.nodes == nil && !b.NearlySpent() {
+		return // room enough: nothing to follow
+	}
+	s.activate()
 	keys := t.keys()
 	n := q.budgetOf(s, keys, now)
 	if n == nil {
 		n = s.node("", 0)
 	}
 	if !n.budget.live(now, q.recovery) && !b.NearlySpent() {
-		return // room enough: nothing to follow
+		return
 	}
 	s.seq++
 	n.seq = s.seq
@@ -224,7 +228,7 @@ func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, no
 	if !b.Spent() {
 		return
 	}
-	q.share(s, n, keys, now)
+	q.share(s, n, now)
 	n.lastEnd = later(n.lastEnd, now)
 	if sp, ok := n.pacer.(spender); ok {
 		sp.spent(p.Sent, now)
@@ -240,9 +244,18 @@ func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, no
 // hand, is best sent at once for the server to answer.
 var ErrHoldTooLong = errors.New("throttle: held past the request's limits")
 
+// Serving reports whether the host req names answered another request
+// without a throttle within the last second before now: a 503 without
+// Retry-After from it is then a capacity limit of its budget, a throttle,
+// not an outage. It takes no lock.
+func (q *Queue) Serving(req *http.Request, now time.Time) bool {
+	s := q.state(hostKey(req), false, time.Time{})
+	return s != nil && s.serving(now)
+}
+
 // Active reports whether the host req names was ever throttled (and not
 // since forgotten): only then may Admit hold its attempts.
 func (q *Queue) Active(req *http.Request) bool {
-	s := q.state(hostKey(req), false)
+	s := q.state(hostKey(req), false, time.Time{})
 	return s != nil && s.active.Load()
 }

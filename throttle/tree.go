@@ -9,17 +9,18 @@ import (
 const (
 	// segmentRuleBase is the 5 of the seed's 5-n rule: a node n segments
 	// below the service root (the host is n = 0) becomes the hypothesis
-	// of its requests' budget once segmentRuleBase-n distinct targets
-	// below it were throttled within spreadWindow.
+	// of its requests' budget once segmentRuleBase-n of its children (the
+	// host's are its APIs) had a throttle within spreadWindow.
 	segmentRuleBase = 5
 	// minSpread is the fewest distinct throttled targets that make any
 	// prefix a shared budget: one throttled target says nothing of its
 	// neighbours.
 	minSpread = 2
 	// spreadWindow is how long a throttle counts towards the spread of
-	// its ancestors, unless its Retry-After is longer: throttles a second
-	// apart on one budget are the same congestion, a round trip or two of
-	// a client that overran it.
+	// its ancestors: throttles within a second of each other on one budget
+	// are the same congestion, a round trip or two of a client that overran
+	// it, whatever wait each names; throttles further apart are news of
+	// their own.
 	spreadWindow = time.Second
 	// lockedStrikes is how many times in a row an item must be throttled
 	// again after waiting out its own Retry-After, while its neighbours
@@ -41,7 +42,7 @@ const (
 type node struct {
 	key   string
 	depth int // segments below the root; the host's is 0
-	// marks are the distinct targets below the node throttled lately,
+	// marks are the distinct children of the node throttled lately,
 	// newest first, at most segmentRuleBase.
 	marks []mark
 	// shared is set while the node is the hypothesis of its requests'
@@ -63,29 +64,29 @@ type node struct {
 	even      evenness
 }
 
-// mark is a throttled target counting towards its ancestors' spread
-// until until.
+// mark is a throttled child counting towards its parent's spread until
+// until.
 type mark struct {
-	target string
-	until  time.Time
+	child string
+	until time.Time
 }
 
-// need is how many distinct throttled targets make a node at depth the
+// need is how many distinct throttled children make a node at depth the
 // budget: the 5-n rule, with at least minSpread.
 func need(depth int) int { return max(segmentRuleBase-depth, minSpread) }
 
-// spread records a throttle of target counting until until, and returns
-// how many distinct targets below n count at now.
-func (n *node) spread(target string, now, until time.Time) int {
+// spread records a throttle below child counting until until, and returns
+// how many distinct children of n count at now.
+func (n *node) spread(child string, now, until time.Time) int {
 	kept := n.marks[:0]
 	for _, m := range n.marks {
-		if m.target != target && now.Before(m.until) {
+		if m.child != child && now.Before(m.until) {
 			kept = append(kept, m)
 		}
 	}
 	n.marks = append(kept, mark{})
 	copy(n.marks[1:], n.marks)
-	n.marks[0] = mark{target, until}
+	n.marks[0] = mark{child, until}
 	if len(n.marks) > segmentRuleBase {
 		n.marks = n.marks[:segmentRuleBase]
 	}

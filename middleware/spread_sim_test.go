@@ -1,0 +1,314 @@
+package middleware_test
+
+import (
+	"fmt"
+	"os"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	nethttplibrary "github.com/microsoft/kiota-http-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/middleware"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+)
+
+// zone is one budget of a spreadServer: a token bucket, or a set of
+// locked items, for the requests whose path key names it.
+type zone struct {
+	rate  float64
+	burst float64
+	// locked, when set, throttles the paths it reports on their own, always.
+	locked func(path string) bool
+}
+
+// spreadServer answers as the limiters nobody here wrote do: nginx's
+// limit_req (a leaky bucket with burst and nodelay) and HAProxy's
+// stick-table keep one budget per client, whatever the path; they answer
+// 429 or 503, with or without Retry-After. It runs in a synctest bubble.
+type spreadServer struct {
+	zones  map[string]zone
+	zoneOf func(path string) string // "" for no budget
+	status int
+	// header writes the throttled answer's wait; nil for none.
+	header  func(h http.Header, wait time.Duration)
+	latency time.Duration
+
+	mu        sync.Mutex
+	tokens    map[string]float64
+	last      map[string]time.Time
+	attempts  int
+	throttled int
+	perZone   map[string]time.Time // the last success of each zone
+	early     int
+	notBefore map[string]time.Time
+	hist      map[string][]int
+	start     time.Time
+}
+
+func newSpreadServer(zones map[string]zone, zoneOf func(string) string, status int, header func(http.Header, time.Duration)) *spreadServer {
+	s := &spreadServer{zones: zones, zoneOf: zoneOf, status: status, header: header, latency: 2 * time.Millisecond,
+		tokens: map[string]float64{}, last: map[string]time.Time{}, perZone: map[string]time.Time{}, notBefore: map[string]time.Time{}}
+	return s
+}
+
+func (s *spreadServer) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+		_ = req.Body.Close()
+	}
+	time.Sleep(s.latency / 2)
+	id := req.Header.Get("X-Request-Id")
+	s.mu.Lock()
+	now := time.Now()
+	s.attempts++
+	if nb, ok := s.notBefore[id]; ok && now.Before(nb) {
+		s.early++
+	}
+	status, header := http.StatusOK, http.Header{}
+	k := s.zoneOf(req.URL.Path)
+	if z, ok := s.zones[k]; ok {
+		wait := time.Duration(0)
+		switch {
+		case z.locked != nil:
+			if z.locked(req.URL.Path) {
+				wait = time.Second
+			}
+		default:
+			if _, ok := s.last[k]; !ok {
+				s.tokens[k], s.last[k] = z.burst, now
+			}
+			s.tokens[k] = math.Min(z.burst, s.tokens[k]+now.Sub(s.last[k]).Seconds()*z.rate)
+			s.last[k] = now
+			if s.tokens[k] >= 1 {
+				s.tokens[k]--
+			} else {
+				wait = time.Duration((1 - s.tokens[k]) / z.rate * float64(time.Second))
+			}
+		}
+		if wait > 0 {
+			status = s.status
+			s.throttled++
+			if s.header != nil {
+				s.header(header, wait)
+				if d, err := strconv.Atoi(header.Get("Retry-After")); err == nil {
+					s.notBefore[id] = now.Add(time.Duration(d) * time.Second)
+				}
+			}
+		} else {
+			s.perZone[k] = now
+			if s.hist != nil {
+				if s.hist[k] == nil {
+					s.hist[k] = make([]int, 20)
+				}
+				s.hist[k][min(int(now.Sub(s.start)/(250*time.Millisecond)), 19)]++
+			}
+		}
+	}
+	s.mu.Unlock()
+	time.Sleep(s.latency / 2)
+	return &http.Response{StatusCode: status, Header: header, Body: io.NopCloser(strings.NewReader("{}")), Request: req}, nil
+}
+
+type spreadResult struct {
+	attemptsPerRequest, timeOverLimit float64
+	failed, early                     int
+	perZone                           map[string]float64 // each zone's time over its own limit
+}
+
+// runSpread sends n requests from c workers, request i to url(i), through
+// the default handler (or none, for kiota-http-go's own) in virtual time.
+func runSpread(t *testing.T, srv *spreadServer, n, c int, url func(i int) (method, url string), opts options.RetryHandlerOptions) spreadResult {
+	var res spreadResult
+	synctest.Test(t, func(t *testing.T) {
+		h, err := middleware.NewRetryHandler(opts)
+		require.NoError(t, err)
+		client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(srv, h)}
+		start := time.Now()
+		srv.start = start
+		if os.Getenv("TDEBUG") != "" {
+			srv.hist = map[string][]int{}
+			defer func() { t.Logf("successes per 250 ms: %v", srv.hist) }()
+		}
+		jobs := make(chan int)
+		count := map[string]int{}
+		for i := range n {
+			_, u := url(i)
+			count[srv.zoneOf(u[len("https://api.test"):])]++
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for range c {
+			wg.Go(func() {
+				for i := range jobs {
+					method, u := url(i)
+					req, _ := http.NewRequest(method, u, strings.NewReader(`{}`))
+					req.Header.Set("X-Request-Id", strconv.Itoa(i))
+					resp, err := client.Do(req)
+					failed := err != nil || resp.StatusCode >= 300
+					if resp != nil {
+						_ = resp.Body.Close()
+					}
+					if failed {
+						mu.Lock()
+						res.failed++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		for i := range n {
+			jobs <- i
+		}
+		close(jobs)
+		wg.Wait()
+		elapsed := time.Since(start)
+		limit := 0.0
+		res.perZone = map[string]float64{}
+		for k, z := range srv.zones {
+			if z.rate == 0 {
+				continue
+			}
+			l := float64(count[k]) / z.rate
+			limit = max(limit, l)
+			res.perZone[k] = srv.perZone[k].Sub(start).Seconds() / l
+		}
+		res.attemptsPerRequest = float64(srv.attempts) / float64(n)
+		res.timeOverLimit = elapsed.Seconds() / limit
+		res.early = srv.early
+	})
+	return res
+}
+
+func retryAfter1(h http.Header, _ time.Duration) { h.Set("Retry-After", "1") }
+
+func oneZone(string) string { return "all" }
+
+// TestSpreadSimulation runs the issue's workloads, 2000 requests from 200
+// workers into 400/s with a burst of 40, with ids spread over 1, 50 and
+// 2000 targets, behind limiters of the shapes real servers have.
+func TestSpreadSimulation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates 2000 requests per case")
+	}
+	bucket := map[string]zone{"all": {rate: 400, burst: 40}}
+	mailbox := func(k int, method string) func(int) (string, string) {
+		return func(i int) (string, string) {
+			return method, fmt.Sprintf("https://api.test/v1.0/users/u%d/messages", i%k)
+		}
+	}
+	users := func(method string) func(int) (string, string) {
+		return func(i int) (string, string) {
+			if method == http.MethodPost {
+				return method, "https://api.test/v1.0/users"
+			}
+			return method, fmt.Sprintf("https://api.test/v1.0/users/%d", i)
+		}
+	}
+	drive := func(i int) (string, string) {
+		return http.MethodGet, fmt.Sprintf("https://api.test/v1.0/drives/d1/items/%d", i)
+	}
+	bare := func(http.Header, time.Duration) {}
+	tests := []struct {
+		name   string
+		status int
+		header func(http.Header, time.Duration)
+		url    func(int) (string, string)
+		over   float64 // the most time over the physical limit
+	}{
+		{"Retry-After 1, 2000 mailboxes, GET", 429, retryAfter1, mailbox(2000, "GET"), 1.2},
+		{"Retry-After 1, 2000 mailboxes, POST", 429, retryAfter1, mailbox(2000, "POST"), 1.2},
+		{"Retry-After 1, 50 mailboxes, GET", 429, retryAfter1, mailbox(50, "GET"), 1.2},
+		{"Retry-After 1, 1 mailbox, GET", 429, retryAfter1, mailbox(1, "GET"), 1.2},
+		{"Retry-After 1, /users/{id}, GET", 429, retryAfter1, users("GET"), 1.2},
+		{"Retry-After 1, POST /users", 429, retryAfter1, users("POST"), 1.2},
+		{"Retry-After 1, items of one drive", 429, retryAfter1, drive, 1.2},
+		{"bare 429, 2000 mailboxes", 429, bare, mailbox(2000, "GET"), 1.35},
+		{"bare 429, POST /users", 429, bare, users("POST"), 1.35},
+		{"503 without Retry-After, 2000 mailboxes", 503, bare, mailbox(2000, "GET"), 1.35},
+		{"503 without Retry-After, /users/{id}", 503, bare, users("GET"), 1.35},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newSpreadServer(bucket, oneZone, tt.status, tt.header)
+			res := runSpread(t, srv, 2000, 200, tt.url, options.RetryHandlerOptions{})
+			t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
+			assert.Zero(t, res.failed)
+			assert.Zero(t, res.early, "no retry before the server's Retry-After")
+			assert.LessOrEqual(t, res.attemptsPerRequest, 1.25)
+			assert.LessOrEqual(t, res.timeOverLimit, tt.over)
+		})
+	}
+}
+
+// apiOf is the first segment of path below /v1.0.
+func apiOf(path string) string {
+	seg, _, _ := strings.Cut(strings.TrimPrefix(path, "/v1.0/"), "/")
+	return seg
+}
+
+// TestZonesSimulation runs budgets of their own on one host: nginx's zones
+// per location, and Graph's budgets per API and per mailbox.
+func TestZonesSimulation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates 1500 requests per case")
+	}
+	zones := map[string]zone{"users": {rate: 400, burst: 40}, "me": {rate: 40, burst: 4}, "sites": {rate: 100, burst: 10}}
+	bare := func(http.Header, time.Duration) {}
+	// In proportion to the zones' rates, as the bench's three APIs; and
+	// evenly, so that the slow zones have the most to send.
+	proportional := func(i int) (string, string) {
+		switch k := i % 54; {
+		case k < 40:
+			return "GET", fmt.Sprintf("https://api.test/v1.0/users/%d", i)
+		case k < 44:
+			return "GET", "https://api.test/v1.0/me/messages"
+		}
+		return "GET", fmt.Sprintf("https://api.test/v1.0/sites/%d", i)
+	}
+	even := func(i int) (string, string) {
+		switch i % 3 {
+		case 0:
+			return "GET", fmt.Sprintf("https://api.test/v1.0/users/%d", i)
+		case 1:
+			return "GET", "https://api.test/v1.0/me/messages"
+		}
+		return "GET", fmt.Sprintf("https://api.test/v1.0/sites/%d", i)
+	}
+	tests := []struct {
+		name          string
+		header        func(http.Header, time.Duration)
+		url           func(int) (string, string)
+		whole, perAPI float64
+	}{
+		{"three zones in proportion, bare 429", bare, proportional, 1.8, 1.8},
+		{"three zones in proportion, Retry-After 1", retryAfter1, proportional, 1.8, 1.8},
+		// Workers wait on the slowest zone's requests: the others cannot
+		// finish near their own limits, only the whole near its.
+		{"three zones evenly, bare 429", bare, even, 1.3, 0},
+		{"three zones evenly, Retry-After 1", retryAfter1, even, 1.3, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newSpreadServer(zones, apiOf, http.StatusTooManyRequests, tt.header)
+			res := runSpread(t, srv, 1500, 150, tt.url, options.RetryHandlerOptions{})
+			t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d, per zone %v", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early, res.perZone)
+			assert.Zero(t, res.failed)
+			assert.Zero(t, res.early, "no retry before the server's Retry-After")
+			assert.LessOrEqual(t, res.timeOverLimit, tt.whole)
+			for z, over := range res.perZone {
+				if tt.perAPI > 0 {
+					assert.LessOrEqual(t, over, tt.perAPI, z)
+				}
+			}
+		})
+	}
+}
