@@ -2,10 +2,10 @@ package middleware_test
 
 import (
 	"fmt"
-	"os"
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"

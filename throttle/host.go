@@ -40,7 +40,7 @@ type entry struct {
 	// named is the end of the latest wait the server named for it, held
 	// or not.
 	named time.Time
-	seq uint64
+	seq   uint64
 	// strikes counts its throttles in a row after waiting out its own
 	// Retry-After while others succeeded; locked at lockedStrikes.
 	strikes int

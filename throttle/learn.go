@@ -181,7 +181,6 @@ func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 	}
 }
 
-
 // share makes n the budget of its requests, when it is not yet.
 func (q *Queue) share(s *hostState, n *node, now time.Time) {
 	if n.shared && n.pacer != nil {
