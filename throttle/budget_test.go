@@ -14,43 +14,6 @@ import (
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
-func TestAnnouncedNext(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	remaining := func(r float64, reset time.Duration) ratelimit.Budget {
-		b := ratelimit.Budget{Limit: 10, Remaining: r, HasRemaining: true}
-		if reset > 0 {
-			b.Reset = t0.Add(reset)
-		}
-		return b
-	}
-	tests := []struct {
-		name     string
-		budget   ratelimit.Budget
-		inflight int // when the answer came
-		out      int // when next is asked
-		at       time.Duration
-		want     time.Duration // from t0
-	}{
-		{name: "room left", budget: remaining(3, time.Second), want: 0},
-		{name: "room taken by requests in flight", budget: remaining(3, time.Second), inflight: 3, out: 3, want: time.Second},
-		{name: "spent: closed until its reset", budget: remaining(0, 2*time.Second), want: 2 * time.Second},
-		{name: "spent, reset passed: open", budget: remaining(0, time.Second), at: time.Second, want: time.Second},
-		{name: "spent, reset passed, limit in flight", budget: remaining(0, answerWait/2), inflight: 10, out: 10, at: answerWait / 2, want: answerWait},
-		{name: "spent without reset, answers due", budget: remaining(0, 0), out: 2, want: answerWait},
-		{name: "spent without reset, none out: one asks", budget: remaining(0, 0), want: 0},
-		{name: "spent without reset, answers overdue: one asks", budget: remaining(0, 0), out: 2, at: 2 * answerWait, want: 2 * answerWait},
-		{name: "graph percentage spent", budget: ratelimit.Budget{Used: 1.2}, out: 1, want: answerWait},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var a announced
-			a.refresh(tt.budget, t0, t0, tt.inflight)
-			assert.True(t, a.counted())
-			assert.Equal(t, t0.Add(tt.want), a.next(t0.Add(tt.at), tt.out))
-		})
-	}
-}
-
 func TestAnnouncedRefresh(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	b := func(r float64, reset time.Duration) ratelimit.Budget {

@@ -23,7 +23,11 @@ type hostState struct {
 	// succeeded is when the latest success was sent, in Unix nanoseconds.
 	succeeded atomic.Int64
 
-	mu          sync.Mutex
+	mu sync.Mutex
+	// forgotten is set, under mu, when sweep drops the host: an answer to
+	// a request admitted before then goes to the host's new state, so that
+	// a late 429 is not lost with the old one.
+	forgotten   bool
 	lastEnd     time.Time // the latest end of any throttle of the host
 	lastSuccess time.Time // when the latest success came back
 	urls        map[string]*entry
@@ -63,6 +67,19 @@ func (q *Queue) state(host string, create bool, now time.Time) *hostState {
 	return s.(*hostState)
 }
 
+// lockedState returns the current state of host, made when there is
+// none, with its lock held.
+func (q *Queue) lockedState(host string, now time.Time) *hostState {
+	for {
+		s := q.state(host, true, now)
+		s.mu.Lock()
+		if !s.forgotten {
+			return s
+		}
+		s.mu.Unlock()
+	}
+}
+
 // activate turns on the queue for s; the caller holds s.mu.
 func (s *hostState) activate() {
 	if s.nodes == nil {
@@ -95,9 +112,9 @@ func (q *Queue) sweep(now time.Time) {
 			return true
 		}
 		s.mu.Lock()
-		idle := now.After(s.lastEnd.Add(q.recovery)) && !s.busy(now, q.recovery)
-		s.mu.Unlock()
-		if idle {
+		defer s.mu.Unlock()
+		if now.After(s.lastEnd.Add(q.recovery)) && !s.busy(now, q.recovery) {
+			s.forgotten = true
 			q.hosts.CompareAndDelete(k, s)
 		}
 		return true

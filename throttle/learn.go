@@ -82,11 +82,6 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) {
 	}
 	n.lastEnd = later(n.lastEnd, end)
 	n.seq = s.seq
-	if p.counted {
-		// Following the server's announced budget still met a 429: the
-		// learned pace decides until this is a recovery window old.
-		n.distrust = now.Add(q.recovery)
-	}
 	n.pacer.throttled(p.Sent, now, end)
 	if n.depth+1 < len(keys) {
 		n.even.add(keys[n.depth+1], true)
@@ -114,9 +109,12 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 	}
 	if found == nil {
 		d := len(keys) - 1
-		item := s.node(keys[d], d)
-		item.seq = s.seq
-		if !now.Before(item.dropped) && (item.paces(now, q.recovery) || concurrent) {
+		item := s.nodes[keys[d]]
+		if item == nil && concurrent {
+			item = s.node(keys[d], d)
+		}
+		if item != nil && !now.Before(item.dropped) && (item.paces(now, q.recovery) || concurrent) {
+			item.seq = s.seq
 			found = item
 		}
 	}

@@ -82,10 +82,8 @@ type Pass struct {
 	// Sent is when the attempt was let go.
 	Sent time.Time
 	host *hostState
-	// budget released it at its pace, counting it in flight; counted says
-	// it followed a budget the server announced.
-	budget  *node
-	counted bool
+	// budget released it, counting it in flight.
+	budget *node
 }
 
 // Outcome is what an attempt's answer says about throttling.
@@ -175,6 +173,15 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	}
 	t := q.newTarget(req)
 	s.mu.Lock()
+	if s.forgotten {
+		// Swept while the attempt was out: what it reports goes to the
+		// host's state as it is now, where the budget that let it go is
+		// no more.
+		s.mu.Unlock()
+		s = q.lockedState(t.host, now)
+		s.seen.Store(now.Unix())
+		p.budget = nil
+	}
 	defer s.mu.Unlock()
 	if p.budget != nil {
 		p.budget.inflight--

@@ -55,10 +55,9 @@ type node struct {
 	lastEnd time.Time // the latest end of a throttle attributed to it
 	seq     uint64
 	// budget is what the server last announced of the node's budget in
-	// rate-limit headers, distrusted until a 429 met while following it
-	// is a recovery window old.
+	// rate-limit headers: a hint, which its pacer learns from when it says
+	// the budget is spent.
 	budget    announced
-	distrust  time.Time
 	inflight  int
 	successes waveCount // successes below it since it exists
 	even      evenness
@@ -106,12 +105,6 @@ func (n *node) live(now time.Time, recovery time.Duration) bool {
 // paces reports whether n's learned pacer paces its releases at now.
 func (n *node) paces(now time.Time, recovery time.Duration) bool {
 	return n.shared && !now.Before(n.dropped) && now.Before(n.lastEnd.Add(recovery))
-}
-
-// counting reports whether n's releases follow the count of a budget the
-// server announced rather than the pace learned from its throttles.
-func (n *node) counting(now time.Time, recovery time.Duration) bool {
-	return false && n.budget.counted() && n.budget.live(now, recovery) && !now.Before(n.distrust)
 }
 
 // share makes n the budget of its requests from now on.

@@ -23,17 +23,12 @@ func (q *Queue) room(s *hostState, keys []string, eligible, now time.Time) *node
 }
 
 // next returns the earliest time n lets its next request go at now: its
-// learned pace, and the count of a budget the server announced while
-// that is trusted.
+// learned pace, when it paces.
 func (q *Queue) next(n *node, now time.Time) time.Time {
-	at := now
 	if n.paces(now, q.recovery) {
-		at = n.pacer.next(now)
+		return n.pacer.next(now)
 	}
-	if n.counting(now, q.recovery) {
-		at = later(at, n.budget.next(now, n.inflight))
-	}
-	return at
+	return now
 }
 
 // acquire blocks the calling request until it may be sent. It returns
@@ -53,6 +48,9 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 		s.mu.Unlock()
 		return Pass{}, wait.Until(ctx, q.clock, notBefore)
 	}
+	// named is set once the server's own word (a throttle of this URL or
+	// path) holds the request: the pace never cuts that hold short.
+	named := eligible.After(later(now, notBefore))
 	s.seq++
 	w := &waiter{notBefore: notBefore, eligible: eligible, seq: s.seq, wake: make(chan struct{}, 1)}
 	n.waiters.push(w)
@@ -71,9 +69,11 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 	for {
 		now = q.clock.Now()
 		e := later(w.notBefore, s.held(t))
+		named = named || e.After(later(now, w.notBefore))
 		if m := q.room(s, keys, e, now); m != n {
 			// The evidence moved its budget: it queues there.
 			n.waiters.remove(w)
+			q.dropIdle(s, n, now)
 			if m == nil {
 				s.mu.Unlock()
 				return Pass{}, wait.Until(ctx, q.clock, notBefore)
@@ -93,8 +93,16 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				}
 			}
 			at := later(w.eligible, q.next(n, now))
+			if !deadline.IsZero() && at.After(deadline) && named && !w.eligible.After(deadline) {
+				// The pace would start past the deadline, but the time the
+				// server named fits: the request waits that and no more,
+				// rather than being refused and then sent at once into
+				// the throttle the server named.
+				at = w.eligible
+			}
 			if !deadline.IsZero() && at.After(deadline) {
 				n.waiters.remove(w)
+				q.dropIdle(s, n, now)
 				s.mu.Unlock()
 				return Pass{}, ErrHoldTooLong
 			}
@@ -107,11 +115,8 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 					if n.paces(now, q.recovery) {
 						n.pacer.sent(now)
 					}
-					if n.counting(now, q.recovery) {
-						n.budget.sent()
-						p.counted = true
-					}
 				}
+				q.dropIdle(s, n, now)
 				s.mu.Unlock()
 				return p, nil
 			}
@@ -124,6 +129,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			// rather than when its turn comes, maybe long after.
 			if !deadline.IsZero() && (w.eligible.After(deadline) || !now.Before(deadline)) {
 				n.waiters.remove(w)
+				q.dropIdle(s, n, now)
 				s.mu.Unlock()
 				return Pass{}, ErrHoldTooLong
 			}
@@ -138,8 +144,19 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 		s.mu.Lock()
 		if err != nil {
 			n.waiters.remove(w)
+			q.dropIdle(s, n, q.clock.Now())
 			s.mu.Unlock()
 			return Pass{}, err
 		}
+	}
+}
+
+// dropIdle forgets n when it was made only to hold requests and holds none
+// now: no budget, no evidence, it knows nothing worth keeping, and kept it
+// would cost every later answer of the host.
+func (q *Queue) dropIdle(s *hostState, n *node, now time.Time) {
+	if len(n.waiters) == 0 && n.inflight == 0 && !n.shared && len(n.marks) == 0 && !now.Before(n.dropped) &&
+		!n.budget.live(now, q.recovery) && s.nodes[n.key] == n {
+		delete(s.nodes, n.key)
 	}
 }
