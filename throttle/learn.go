@@ -9,8 +9,22 @@ import (
 // widest node of its tree the evidence made a budget (or that follows a
 // budget the server announced), nil when none.
 func (q *Queue) budgetOf(s *hostState, keys []string, now time.Time) *node {
+	if n := q.carvedOf(s, keys, now); n != nil {
+		return n
+	}
 	for _, k := range keys {
 		if n := s.nodes[k]; n != nil && n.live(now, q.recovery) {
+			return n
+		}
+	}
+	return nil
+}
+
+// carvedOf returns the deepest budget on keys' path that the evidence cut
+// out of a wider one, nil when none.
+func (q *Queue) carvedOf(s *hostState, keys []string, now time.Time) *node {
+	for i := len(keys) - 1; i > 0; i-- {
+		if n := s.nodes[keys[i]]; n != nil && n.carved && n.paces(now, q.recovery) {
 			return n
 		}
 	}
@@ -83,8 +97,8 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) {
 	n.lastEnd = later(n.lastEnd, end)
 	n.seq = s.seq
 	n.pacer.throttled(p.Sent, now, end)
-	if n.depth+1 < len(keys) {
-		n.even.add(keys[n.depth+1], true)
+	if p.budget == n && n.depth+1 < len(keys) {
+		n.even.add(keys[n.depth+1], true, now)
 	}
 	q.judge(s, n, keys, now)
 	q.prune(s, now)
@@ -97,6 +111,10 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) {
 // is t's alone. concurrent says the throttled request was out while t's
 // previous throttle's wait ran.
 func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent bool) *node {
+	if c := q.carvedOf(s, keys, now); c != nil {
+		// A budget of its own: its throttles say nothing of its parent.
+		return c
+	}
 	until := now.Add(spreadWindow)
 	var found *node
 	for d := range len(keys) - 1 {
@@ -149,34 +167,30 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time) {
 		n.pacer.settle(1, p.Sent)
 	}
 	n.pacer.succeeded(p.Sent, now)
-	if n.depth+1 < len(keys) {
-		n.even.add(keys[n.depth+1], false)
+	if p.budget == n && n.depth+1 < len(keys) {
+		n.even.add(keys[n.depth+1], false, now)
 		q.judge(s, n, keys, now)
 	}
 }
 
-// judge drops budget n when its throttles do not fall alike on its
-// children: then neither n nor any node above it is one budget, and each
-// of its throttled children becomes a budget of its own.
+// judge splits budget n when its throttles do not fall alike on its
+// children: each throttled child becomes a budget of its own, cut out of
+// n, and n starts learning its pace afresh for the rest, the pace it had
+// being theirs.
 func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 	hot, uneven := n.even.uneven()
 	if !uneven {
 		return
 	}
-	until := now.Add(q.recovery)
-	for d := 0; d <= n.depth; d++ {
-		if a := s.nodes[keys[d]]; a != nil {
-			a.drop(until)
-		}
-	}
 	for _, k := range hot {
 		c := s.node(k, n.depth+1)
-		if now.Before(c.dropped) {
-			continue
-		}
 		c.share(now, q.newPacer)
+		c.carved = true
 		c.lastEnd, c.seq = later(c.lastEnd, n.lastEnd), s.seq
 	}
+	n.pacer, n.since = q.newPacer(now), now
+	n.even = evenness{}
+	n.waiters.wakeAll()
 }
 
 // share makes n the budget of its requests, when it is not yet.

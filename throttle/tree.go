@@ -1,7 +1,9 @@
 package throttle
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -34,6 +36,11 @@ const (
 	// maxKids bounds the children whose traffic a budget tallies one by
 	// one; children with little traffic are folded into one tally.
 	maxKids = 32
+	// evenHalfLife is how often a budget's tallies halve, so that they
+	// speak of its pace now rather than of the first wave: a pace that
+	// changed shifts which children meet its throttles within a second or
+	// two.
+	evenHalfLife = 2 * time.Second
 )
 
 // node is a budget candidate of a host's tree: the host itself (key ""),
@@ -47,7 +54,10 @@ type node struct {
 	marks []mark
 	// shared is set while the node is the hypothesis of its requests'
 	// budget: its pacer paces every request below it.
-	shared  bool
+	shared bool
+	// carved is set when the evidence cut it out of a wider budget: it
+	// paces its requests whatever the nodes above it do.
+	carved  bool
 	dropped time.Time // evidence said it is not one budget, until then
 	pacer   pacer
 	waiters waiterHeap
@@ -131,18 +141,26 @@ func (n *node) drop(until time.Time) {
 // tally is a child's traffic under a budget.
 type tally struct{ sent, throttled int }
 
-// evenness tallies a shared budget's answers per child, to tell whether
-// its throttles fall alike on all of them.
+// evenness tallies the answers to the requests a shared budget released,
+// per child, to tell whether its throttles fall alike on all of them.
 type evenness struct {
 	kids  map[string]*tally
 	other tally // the children with little traffic, together
 	all   tally
+	since time.Time // the last halving
 }
 
-// add counts an answer to a request below the child kid.
-func (e *evenness) add(kid string, throttled bool) {
+// add counts an answer, at now, to a request below the child kid.
+func (e *evenness) add(kid string, throttled bool, now time.Time) {
 	if e.kids == nil {
 		e.kids = map[string]*tally{}
+		e.since = now
+	}
+	if now.Sub(e.since) >= evenHalfLife {
+		e.since = now
+		for _, t := range append([]*tally{&e.other, &e.all}, slices.Collect(maps.Values(e.kids))...) {
+			t.sent, t.throttled = t.sent/2, t.throttled/2
+		}
 	}
 	k := e.kids[kid]
 	if k == nil {

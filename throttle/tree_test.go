@@ -191,7 +191,7 @@ func TestEvenness(t *testing.T) {
 			var e evenness
 			for k, c := range tt.kids {
 				for i := range c.sent {
-					e.add(k, i < c.throttled)
+					e.add(k, i < c.throttled, t0)
 				}
 			}
 			_, uneven := e.uneven()
@@ -200,14 +200,15 @@ func TestEvenness(t *testing.T) {
 	}
 }
 
-// TestUnevenBudgetDropped checks that a budget whose throttles fall on
-// some children while another with more traffic escapes them is dropped
-// with every node above it, and its throttled children get budgets of
-// their own.
-func TestUnevenBudgetDropped(t *testing.T) {
+// TestUnevenBudgetSplit checks that a budget whose throttles fall on some
+// children while another with more traffic escapes them is split: its
+// throttled children become budgets of their own, cut out of it, and it
+// learns its pace afresh for the rest.
+func TestUnevenBudgetSplit(t *testing.T) {
 	clk := clocktest.New(t0)
 	q := New(clk, options.QueueOptions{})
-	for _, m := range []string{"m1", "m2", "m3", "m4"} {
+	mailboxes := []string{"m1", "m2", "m3", "m4"}
+	for _, m := range mailboxes {
 		q.throttleTarget(targetOf(t, graph+"/v1.0/users/"+m+"/messages"), t0, t0, t0.Add(time.Second))
 	}
 	st := q.state("graph.test", false, time.Time{})
@@ -215,25 +216,30 @@ func TestUnevenBudgetDropped(t *testing.T) {
 	users := st.nodes["users"]
 	require.NotNil(t, users)
 	require.True(t, users.shared)
+	learned := users.pacer
 	st.mu.Unlock()
 	req := func(p string) *http.Request {
 		r, _ := http.NewRequest(http.MethodGet, graph+p, nil)
 		return r
 	}
 	back := func() time.Time { return t0.Add(time.Second) }
+	released := Pass{Sent: t0.Add(time.Second), host: st, budget: users}
 	for i := range 60 {
-		q.Report(req("/v1.0/users/"+[]string{"m1", "m2", "m3", "m4"}[i%4]+"/messages"), Pass{Sent: t0.Add(time.Second)}, Throttled, time.Second, nil, back)
-		q.Report(req("/v1.0/users/id"), Pass{Sent: t0.Add(time.Second)}, Succeeded, 0, nil, back)
+		st.mu.Lock()
+		users.inflight += 2
+		st.mu.Unlock()
+		q.Report(req("/v1.0/users/"+mailboxes[i%4]+"/messages"), released, Throttled, time.Second, nil, back)
+		q.Report(req("/v1.0/users/id"), released, Succeeded, 0, nil, back)
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	assert.False(t, users.shared, "users is not one budget")
-	for _, m := range []string{"m1", "m2", "m3", "m4"} {
+	assert.NotSame(t, learned, users.pacer, "users learns afresh")
+	for _, m := range mailboxes {
 		n := q.budgetOf(st, targetOf(t, graph+"/v1.0/users/"+m+"/messages").keys(), back())
 		require.NotNil(t, n, m)
-		assert.Equal(t, "users/"+m, n.key)
+		assert.Equal(t, "users/"+m, n.key, "a budget of its own")
 	}
-	assert.Nil(t, q.budgetOf(st, targetOf(t, graph+"/v1.0/users/id").keys(), back()), "the child that escaped is paced by nothing")
+	assert.Same(t, users, q.budgetOf(st, targetOf(t, graph+"/v1.0/users/id").keys(), back()), "the rest stays with users")
 }
 
 // TestWideningKeepsThePace checks that a budget that widens takes the pace
