@@ -27,10 +27,10 @@ import (
 //
 //   - a 200 batch response with items worth resending reaches the loop as
 //     a failed attempt, a stand-in response whose status is that of the
-//     most urgent of those items (429, then 503, then 504), whose
-//     Retry-After-Ms is the longest Retry-After among them (none when they
-//     name none, so that the policy's delay applies) and whose body is the
-//     batch merged so far;
+//     most urgent of those items (429, then 503, then 504) and whose body
+//     is the batch merged so far; the loop's options.Attempt names the
+//     longest Retry-After among them as its RetryAfter (none when they name
+//     none, so that the policy's delay applies);
 //   - each retry the loop sends carries, instead of the caller's body, a
 //     batch of those items and the items depending on them;
 //   - when the loop returns, finish hands the caller one 200 response with
@@ -57,21 +57,26 @@ type batchRun struct {
 	standIn  bool           // the latest attempt came back as a stand-in
 	stopped  bool           // completion stopped: attempts pass through untouched
 
-	// itemAnswered, when set, is told every item answer the server sent,
-	// so that throttles of single items can be learned from: learn, when
-	// the handler has a queue.
-	itemAnswered func(itemAnswer)
-	queue        *throttle.Queue
-	policy       options.Policy // the request's, for a 429 item naming no Retry-After
-	req          *http.Request  // the caller's
-	start        time.Time      // when the first attempt was sent
+	// attempt is the number of the attempt being sent, 1 for the first,
+	// as the retry loop gives it.
+	attempt int
+	// wait is the longest wait the items of the latest stand-in name;
+	// named says whether any names one.
+	wait  time.Duration
+	named bool
+
+	// answers are the item answers of the latest attempt, kept for learn
+	// when keep is set (the handler has a queue), so that throttles of
+	// single items are learned from.
+	answers []itemAnswer
+	keep    bool
+	req     *http.Request // the caller's
 }
 
 // itemAnswer is the server's answer to one item of a batch attempt.
 type itemAnswer struct {
 	batch.Item
 	url  *url.URL  // the item's, resolved against the batch's service root
-	n    int       // the batch attempt's number: 1 for the first
 	sent time.Time // when the batch attempt was sent
 	back time.Time // when its answer came
 }
@@ -95,13 +100,10 @@ func (r *run) completeBatch() *batchRun {
 	c.Retryable = func(status int) bool { return effective.Retryable(opts, status) }
 	b := &batchRun{
 		next: r.pipeline, completer: c, batchURL: r.req.URL, ctx: r.req.Context(),
-		clock: r.h.clock, inst: r.obs.inst, span: r.obs.span,
-		queue: r.h.queue, policy: r.policy, req: r.req,
-	}
-	if b.queue != nil {
+		clock: r.h.clock, inst: r.obs.inst, span: r.obs.span, req: r.req,
 		// Even when this request opted out of the queue, for the others'
 		// sake, as observe does.
-		b.itemAnswered = b.learn
+		keep: r.h.queue != nil,
 	}
 	r.pipeline = b
 	return b
@@ -112,16 +114,13 @@ func (b *batchRun) Next(req *http.Request, index int) (*http.Response, error) {
 	if b.stopped {
 		return b.next.Next(req, index)
 	}
-	b.standIn = false
+	b.standIn, b.answers = false, b.answers[:0]
 	if b.resent != nil {
 		b.prepareResend(req)
 	}
 	var sent time.Time
-	if b.itemAnswered != nil {
+	if b.keep {
 		sent = b.clock.Now()
-		if b.start.IsZero() {
-			b.start = sent
-		}
 	}
 	resp, err := b.next.Next(req, index)
 	if err != nil || resp.StatusCode != http.StatusOK {
@@ -149,12 +148,11 @@ func (b *batchRun) Next(req *http.Request, index int) (*http.Response, error) {
 	}
 	first := b.answered == nil
 	b.answered = resp
-	if b.itemAnswered != nil {
+	if b.keep {
 		back := b.clock.Now()
-		retry, _ := strconv.Atoi(req.Header.Get(headerRetryAttempt))
 		for _, it := range items {
 			if u, err := batch.Resolve(b.batchURL, it.URL); err == nil {
-				b.itemAnswered(itemAnswer{Item: it, url: u, n: retry + 1, sent: sent, back: back})
+				b.answers = append(b.answers, itemAnswer{Item: it, url: u, sent: sent, back: back})
 			}
 		}
 	}
@@ -176,29 +174,36 @@ func (b *batchRun) Next(req *http.Request, index int) (*http.Response, error) {
 	return b.standInFor(pending), nil
 }
 
-// learn tells the queue what the server answered to one item of a batch,
-// as the retry loop does with a whole request's answer: a throttled item
-// holds single requests to its URL for its own Retry-After (the policy's
-// delay for a 429 that names none), and successful items pace their scope.
-// An item answered 424 Failed Dependency was never run: it says nothing.
-func (b *batchRun) learn(a itemAnswer) {
-	if a.Status == http.StatusFailedDependency {
-		return // the item was never run
-	}
-	back := func() time.Time { return a.back }
-	outcome, hold, policyHold := verdict(a.Status, a.Header, back)
-	if outcome == throttle.Unavailable && !b.queue.Serving(b.req, a.back) {
-		policyHold = false
-	}
-	if policyHold {
-		if delay, ok := b.policy.Next(options.Attempt{Retry: a.n, Elapsed: a.back.Sub(b.start), Request: b.req, Response: a.response()}); ok {
-			hold = delay
-		}
-	}
-	if outcome == throttle.Failed {
+// learn tells q what the server answered to each item of the batch
+// attempt whose answer the loop judges as ans, as the loop does with a whole
+// request's answer: a throttled item holds single requests to its URL for
+// its own Retry-After, or, for a 429 that names none, for the delay the
+// policy gives the loop's next retry (the one answer it gives about it),
+// and successful items pace their scope. An item answered 424 Failed
+// Dependency was never run: it says nothing. learn does nothing for a
+// request that is no batch.
+func (b *batchRun) learn(q *throttle.Queue, ans *answer) {
+	if b == nil {
 		return
 	}
-	b.queue.ReportItem(a.request(b.req), a.sent, outcome, hold, a.Header, back)
+	for i := range b.answers {
+		a := &b.answers[i]
+		if a.Status == http.StatusFailedDependency {
+			continue // the item was never run
+		}
+		back := func() time.Time { return a.back }
+		outcome, hold, policyHold := verdict(a.Status, a.Header, back)
+		if outcome == throttle.Unavailable && !q.Serving(b.req, a.back) {
+			policyHold = false
+		}
+		if policyHold {
+			hold = ans.policyHold()
+		}
+		if outcome != throttle.Failed {
+			q.ReportItem(a.request(b.req), a.sent, outcome, hold, a.Header, back)
+		}
+	}
+	b.answers = b.answers[:0]
 }
 
 // request returns the item as a request of its own, sent to the host the
@@ -211,15 +216,6 @@ func (a *itemAnswer) request(batchReq *http.Request) *http.Request {
 	return req
 }
 
-// response returns the item's answer as a response of its own, for the
-// policy to judge.
-func (a *itemAnswer) response() *http.Response {
-	return &http.Response{
-		Status: strconv.Itoa(a.Status) + " " + http.StatusText(a.Status), StatusCode: a.Status,
-		Header: a.Header, Body: http.NoBody,
-	}
-}
-
 // prepareResend replaces the caller's body on a retry's request with the
 // batch of the items to resend, and counts them.
 func (b *batchRun) prepareResend(req *http.Request) {
@@ -229,7 +225,7 @@ func (b *batchRun) prepareResend(req *http.Request) {
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	req.ContentLength = int64(len(body))
 	req.Header.Del("Content-Length")
-	b.reportResent(req.Context(), req.Header.Get(headerRetryAttempt))
+	b.reportResent(req.Context(), b.attempt-1)
 }
 
 // stop ends completion and returns resp, its body whole as the server
@@ -243,27 +239,26 @@ func (b *batchRun) stop(resp *http.Response) *http.Response {
 }
 
 // standInFor builds the failed attempt the retry loop sees while items
-// remain to be resent.
+// remain to be resent, and keeps the longest wait those items name for
+// the loop's options.Attempt.
 func (b *batchRun) standInFor(pending []batch.Item) *http.Response {
 	now := b.clock.Now()
 	status := 0
-	var wait time.Duration
-	var named bool
+	b.wait, b.named = 0, false
 	for _, it := range pending {
 		status = moreUrgent(status, it.Status)
 		if d, ok := RetryAfter(it.Header, now); ok {
-			wait, named = max(wait, d), true
+			b.wait, b.named = max(b.wait, d), true
 		}
 	}
 	resp := b.merged()
 	resp.StatusCode = status
 	resp.Status = strconv.Itoa(status) + " " + http.StatusText(status)
+	// The batch's own waits are no item's: a policy reading the stand-in's
+	// header must not take them for the items'.
 	resp.Header.Del(headerRetryAfter)
 	resp.Header.Del(headerXMsRetryAfterMs)
 	resp.Header.Del(headerRetryAfterMs)
-	if named {
-		resp.Header.Set(headerRetryAfterMs, strconv.FormatInt(int64((wait+time.Millisecond-1)/time.Millisecond), 10))
-	}
 	return resp
 }
 
@@ -386,7 +381,7 @@ func (r *replayer) peek(limit, length int64) (body []byte, ok bool) {
 
 // reportResent reports the items a resend holds, one span event and one
 // metric point per status that made items resent.
-func (b *batchRun) reportResent(ctx context.Context, retry string) {
+func (b *batchRun) reportResent(ctx context.Context, retry int) {
 	counts := make(map[int]int, 4)
 	order := make([]int, 0, 4)
 	for _, it := range b.resent {
@@ -395,14 +390,13 @@ func (b *batchRun) reportResent(ctx context.Context, retry string) {
 		}
 		counts[it.Status]++
 	}
-	n, _ := strconv.Atoi(retry)
 	for _, status := range order {
 		b.inst.BatchItemsResent(ctx, status, counts[status])
 		if b.span != nil && b.span.IsRecording() {
 			b.span.AddEvent(observability.EventBatchItemsResent, trace.WithAttributes(
 				observability.HTTPResponseStatusCodeKey.Int(status),
 				observability.BatchItemsKey.Int(counts[status]),
-				observability.HTTPRequestResendCountKey.Int(n)))
+				observability.HTTPRequestResendCountKey.Int(retry)))
 		}
 	}
 }

@@ -205,28 +205,29 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 			wrote.release()
 			// The queue let the attempt go and counts it in flight until
 			// it hears of it.
-			r.observe(nil, err, pass, retry+1, &reading{clock: r.h.clock})
+			ans := r.newAnswer(retry+1, nil, nil, err)
+			r.observe(&ans, pass)
 			return r.giveUp(retry, stopRewind, fmt.Errorf("preparing attempt %d: %w", retry+1, err))
 		}
 		r.drop()
 		resp, err := r.send(attemptReq, retry)
 		r.current = resp
-		back := reading{clock: r.h.clock} // when the attempt came back
+		ans := r.newAnswer(retry+1, attemptReq, resp, err)
 		r.obs.sent(ctx, err)
 		// Every admitted attempt is reported, a canceled one too, so that a
 		// probe it was does not hold its scope.
-		r.observe(resp, err, pass, retry+1, &back)
+		r.observe(&ans, pass)
 		if err != nil && ctx.Err() != nil {
 			wrote.release()
 			discard(resp)
 			r.current = nil
 			return nil, r.canceled(ctx, retry+1)
 		}
-		stop := r.classify(attemptReq, resp, err, wrote, retry+1)
+		stop := r.classify(&ans, wrote)
 		wrote.release()
 		var delay time.Duration
 		if stop == "" {
-			delay, stop = r.retryDelay(ctx, attemptReq, resp, err, retry+1, back.now())
+			delay, stop = r.retryDelay(ctx, &ans)
 		}
 		unpeek(resp)
 		r.current, r.last, r.lastErr = nil, resp, err
@@ -235,7 +236,7 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 		}
 		actx = r.obs.retrying(ctx, retry+1, resp, err, delay)
 		r.last = keep(resp)
-		notBefore = back.now().Add(delay)
+		notBefore = ans.back.now().Add(delay)
 	}
 }
 
@@ -339,48 +340,49 @@ func (r *run) queue() *throttle.Queue {
 	return r.h.queue
 }
 
-// observe tells the queue what the server answered to attempt n, so that
-// requests to a throttled target are held and its scope's pace is learned.
-// It runs even for a request that opted out of the queue, for the others'
-// sake. back is when the response came; only some answers need it.
-func (r *run) observe(resp *http.Response, err error, pass throttle.Pass, n int, back *reading) {
+// observe tells the queue what the server answered to an admitted
+// attempt, and to the items of a JSON batch, so that requests to a
+// throttled target are held and its scope's pace is learned. It runs even
+// for a request that opted out of the queue, for the others' sake.
+func (r *run) observe(ans *answer, pass throttle.Pass) {
 	q := r.h.queue
 	if q == nil {
 		return
 	}
+	r.batch.learn(q, ans)
 	outcome, hold := throttle.Failed, time.Duration(0)
 	switch {
-	case err != nil || resp == nil:
+	case ans.err != nil || ans.resp == nil:
 	case r.batch.answeredByItems():
 		// The batch itself was answered; its items are throttled one by
 		// one, and its stand-in says nothing of the batch's own URL.
 		outcome = throttle.Succeeded
 	default:
 		var policyHold bool
-		outcome, hold, policyHold = verdict(resp.StatusCode, resp.Header, back.now)
-		if outcome == throttle.Unavailable && !q.Serving(r.req, back.now()) {
+		outcome, hold, policyHold = verdict(ans.resp.StatusCode, ans.resp.Header, ans.back.now)
+		if outcome == throttle.Unavailable && !q.Serving(r.req, ans.back.now()) {
 			// An outage, or a server that answers no one: nothing to learn
-			// a pace from, and the policy is asked once, by the loop.
+			// a pace from, and no hold to ask the policy for.
 			policyHold = false
 		}
 		if policyHold {
-			hold = r.policyDelay(resp, n, back.now())
+			hold = ans.policyHold()
 		}
 	}
 	var header http.Header
-	if resp != nil {
-		header = resp.Header
+	if ans.resp != nil {
+		header = ans.resp.Header
 	}
-	q.Report(r.req, pass, outcome, hold, header, back.now)
+	q.Report(r.req, pass, outcome, hold, header, ans.back.now)
 }
 
 // verdict is what an answer with status and header tells the throttle
 // queue: its outcome and, for a throttle, how long it holds its target. A
 // 429 without a usable Retry-After holds it for the policy's delay, which
 // the caller knows: policyHold says so. A 503 or 504 is a throttle when
-// it names a Retry-After; a 503 that names none is Unavailable, held for
-// the policy's delay should the queue find it a capacity limit. now is
-// read only when needed.
+// it names a Retry-After; a 503 that names none is Unavailable, for the
+// queue to tell a capacity limit (held for the policy's delay, as a bare
+// 429) from an outage. now is read only when needed.
 func verdict(status int, header http.Header, now func() time.Time) (o throttle.Outcome, hold time.Duration, policyHold bool) {
 	switch {
 	case status == http.StatusTooManyRequests:
@@ -397,17 +399,6 @@ func verdict(status int, header http.Header, now func() time.Time) (o throttle.O
 		return throttle.Succeeded, 0, false
 	}
 	return throttle.Failed, 0, false
-}
-
-// policyDelay is how long a 429 without a usable Retry-After holds its
-// target: the delay the request's policy gives retry n, or none when the
-// policy would not retry.
-func (r *run) policyDelay(resp *http.Response, n int, now time.Time) time.Duration {
-	delay, ok := r.policy.Next(options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: r.req, Response: resp})
-	if !ok {
-		return 0
-	}
-	return delay
 }
 
 // attemptRequest clones the caller's request for attempt retry+1 with a
@@ -429,6 +420,9 @@ func (r *run) attemptRequest(ctx context.Context, retry int) (*http.Request, err
 // send runs one attempt down the rest of the pipeline, bounded by the
 // per-attempt timeout when one is set.
 func (r *run) send(req *http.Request, retry int) (*http.Response, error) {
+	if r.batch != nil {
+		r.batch.attempt = retry + 1
+	}
 	r.h.stats.attempts.Add(1)
 	if retry > 0 {
 		r.h.stats.retries.Add(1)
@@ -472,20 +466,19 @@ const (
 	stopRewind        = "body not rewound"
 )
 
-// classify returns "" when the attempt failed in a way worth retrying
-// with retry n, or why it is final. A policy that implements
-// options.Classifier decides which attempts failed when it has an opinion;
-// otherwise the status code list does, and every transport error counts as
-// a failure. wrote, when not nil, tells how far a request that must not
-// be sent twice got.
-func (r *run) classify(req *http.Request, resp *http.Response, err error, wrote *writes, n int) string {
+// classify returns "" when ans failed in a way worth retrying,
+// or why it is final. A policy that implements options.Classifier decides
+// which attempts failed when it has an opinion; otherwise the status code
+// list does, and every transport error counts as a failure. wrote, when
+// not nil, tells how far a request that must not be sent twice got.
+func (r *run) classify(ans *answer, wrote *writes) string {
+	resp, err := ans.resp, ans.err
 	if err != nil && permanent(err) {
 		return stopPermanent
 	}
 	failed := err != nil || effective.Retryable(r.opts, resp.StatusCode)
 	if c, ok := r.policy.(options.Classifier); ok {
-		a := options.Attempt{Retry: n, Elapsed: r.h.clock.Now().Sub(r.start), Request: req, Response: peek(resp), Err: err}
-		if retry, decided := c.Retryable(a); decided {
+		if retry, decided := c.Retryable(ans.attempt()); decided {
 			failed = retry
 		}
 	}
@@ -580,17 +573,14 @@ func (w *writes) release() {
 }
 
 // retryDelay applies the handler's rules on top of the policy: it returns
-// the delay before retry n, or why that retry may not be made. now is when
-// the failed attempt came back.
-func (r *run) retryDelay(ctx context.Context, req *http.Request, resp *http.Response, err error, n int, now time.Time) (time.Duration, string) {
-	if max := r.limits.MaxRetries; max < 0 || max > 0 && n > max {
+// the delay before the retry the failed answer would lead to, or why
+// that retry may not be made.
+func (r *run) retryDelay(ctx context.Context, ans *answer) (time.Duration, string) {
+	if max := r.limits.MaxRetries; max < 0 || max > 0 && ans.n > max {
 		return 0, stopRetries
 	}
-	a := options.Attempt{Retry: n, Elapsed: now.Sub(r.start), Request: req, Response: peek(resp), Err: err}
-	if resp != nil {
-		a.RetryAfter, a.HasRetryAfter = RetryAfter(resp.Header, now)
-	}
-	delay, ok := r.policy.Next(a)
+	a := ans.attempt()
+	delay, ok := ans.next()
 	if !ok {
 		return 0, stopPolicy
 	}

@@ -9,6 +9,9 @@
 //
 // # The model
 //
+// This comment is the queue's model, written once; docs/throttling.md in
+// the repository summarises it.
+//
 // No URL tells which requests share a budget: most servers keep one per
 // client across every path (nginx's limit_req, HAProxy's stick tables,
 // most SaaS APIs per key), Microsoft Graph keeps many per host (per
@@ -64,7 +67,12 @@
 //     announced count never gates releases, so a reset never lets every
 //     waiter go at once and a window announced coarser than the server's
 //     refill does not slow the pace.
-//  8. State is bounded: per host at most options.QueueOptions.MaxTracked
+//  8. Within the request's limits: no hold outlasts the request's context
+//     deadline, MaxElapsed or RetriesTimeLimit (a first attempt's hold
+//     counts as waiting): Admit returns ErrHoldTooLong instead. When only
+//     the pace would pass them, a request the server's own word holds
+//     waits out that hold, which fits, and goes.
+//  9. State is bounded: per host at most options.QueueOptions.MaxTracked
 //     held URLs, paths and nodes, the newest kept (aged by the order of
 //     their throttles, so that many ending at one instant are told apart);
 //     a host idle for the recovery window is forgotten.

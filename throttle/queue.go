@@ -133,7 +133,9 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		announces bool
 	)
 	if ratelimit.Announced(header) {
-		b, announces = ratelimit.Parse(header, back())
+		// Parsed before the host's lock is taken: what a server sends
+		// costs the request it came with, not the host's others.
+		b, announces = parseBudget(header, back())
 	}
 	s := p.host
 	if s == nil {
@@ -210,6 +212,10 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		n.waiters.kick()
 	}
 }
+
+// parseBudget reads the budget an answer's header announces; a variable
+// so that tests can see when it runs.
+var parseBudget = ratelimit.Parse
 
 // announce takes budget b, announced at now in the answer to t sent as
 // p. The host's budget takes it unless the evidence placed t's budget

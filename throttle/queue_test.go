@@ -387,3 +387,24 @@ func (q *Queue) succeededAt(s *hostState, path string, sent, back time.Time) {
 	req := &http.Request{URL: &url.URL{Scheme: "https", Host: "graph.test", Path: path}}
 	q.Report(req, Pass{Sent: sent, host: s}, Succeeded, 0, nil, func() time.Time { return back })
 }
+
+// releases advances clk from timer to timer until every admit is done,
+// and returns when each went, after t0.
+func releases(t *testing.T, clk *clocktest.Clock, admits []<-chan admitted) []time.Duration {
+	t.Helper()
+	out := make([]time.Duration, len(admits))
+	for i, c := range admits {
+		for {
+			synctest.Wait()
+			if a, ok := ready(t, c); ok {
+				require.NoError(t, a.err)
+				out[i] = a.at
+				break
+			}
+			p := clk.Pending()
+			require.NotEmpty(t, p, "admit %d blocked with no timer to wake it", i)
+			clk.Advance(p[0])
+		}
+	}
+	return out
+}
