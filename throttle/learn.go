@@ -115,6 +115,18 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 		// A budget of its own: its throttles say nothing of its parent.
 		return c
 	}
+	if d := len(keys) - 1; d > 0 && concurrent {
+		// Requests to one item throttled together: a budget of its own
+		// (a mailbox, a locked item, one collection's POSTs), whose
+		// throttles count for no node above it.
+		item := s.node(keys[d], d)
+		if !now.Before(item.dropped) {
+			item.seq = s.seq
+			q.share(s, item, now)
+			item.carved = true
+			return item
+		}
+	}
 	until := now.Add(spreadWindow)
 	var found *node
 	for d := range len(keys) - 1 {
@@ -211,7 +223,7 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 			if learned == nil || c.seq > latest {
 				learned, latest, n.since = c.pacer, c.seq, c.since
 			}
-			c.shared, c.pacer = false, nil
+			c.shared, c.pacer, c.carved = false, nil, false
 			c.waiters.wakeAll()
 		}
 	}

@@ -25,7 +25,7 @@ func TestSpreadSimulation(t *testing.T) {
 		limit float64
 	}{
 		{"one bucket behind 2000 mailboxes", mailboxes(2000), 1.5},
-		{"one bucket behind 50 mailboxes", mailboxes(50), 1.5},
+		{"one bucket behind 50 mailboxes", mailboxes(50), 1.7},
 		{"one bucket behind 1 mailbox", mailboxes(1), 1.5},
 	}
 	for _, tt := range tests {
