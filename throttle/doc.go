@@ -33,18 +33,22 @@
 //     least minSpread). The host is n = 0 and its children are its APIs:
 //     five throttled APIs make the host one budget; four throttled users
 //     make the users API one. Requests to one item throttled together
-//     (sent before its last throttle came back) make the item a budget.
-//     Otherwise the throttle is the item's own: it holds its target and
-//     paces nothing (a throttle naming 1 ms costs 1 ms).
+//     (sent before its last throttle came back) make the item a budget of
+//     its own (a mailbox, one collection's POSTs), cut out of its parent:
+//     its throttles count for no node above it. Otherwise the throttle is
+//     the item's own: it holds its target and paces nothing (a throttle
+//     naming 1 ms costs 1 ms).
 //  3. Evidence narrows. An item throttled again each time it waited out
 //     its Retry-After, while others succeed, is locked (lockedStrikes): a
 //     budget of its own, whose throttles count for no node above it. A
 //     shared budget throttles its requests alike: when a child with enough
 //     traffic escaped the throttles its budget would have dealt it (at
 //     least evenExpected at the budget's throttle ratio, by Chernoff's
-//     bound a chance under 1 %), neither the budget nor any node above it
-//     is one budget for the recovery window; its throttled children become
-//     budgets of their own. One lucky success decides nothing.
+//     bound a chance under 1 %), it is split: its throttled children
+//     become budgets of their own, cut out of it, and it learns its pace
+//     afresh for the rest. The tallies count only the requests the budget
+//     released and halve every evenHalfLife. One lucky success decides
+//     nothing.
 //  4. Evidence widens. Throttles spread over more children make the parent
 //     the budget (2.), and it keeps the pace its children learned. A
 //     budget whose last throttle is a recovery window old ends.
@@ -52,7 +56,8 @@
 //     a search from the first wave's successes, a fit of the server's
 //     token bucket at the first throttle, then a CUBIC-like curve that
 //     probes above it). Requests under a paced budget wait FIFO at its
-//     pace, the widest budget of their path deciding. A throttle of a
+//     pace: a budget cut out of a wider one decides for its requests,
+//     else the widest budget of their path. A throttle of a
 //     request its budget released slows the pace and holds only that
 //     request, which waits out its own Retry-After; an item's hold ends
 //     through its pace once the item turns out to be a budget.
