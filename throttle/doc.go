@@ -30,7 +30,9 @@
 //  2. The first guess is the seed's 5-n rule, counted in children: a
 //     throttle goes to the widest node n segments below the root whose
 //     distinct children had a throttle within spreadWindow reach 5-n (at
-//     least minSpread). The host is n = 0 and its children are its APIs:
+//     least minSpread) while throttles are at least minThrottleShare of
+//     its recent answers (a few locked items among many served ones are
+//     not an overrun budget). The host is n = 0 and its children are its APIs:
 //     five throttled APIs make the host one budget; four throttled users
 //     make the users API one. Requests to one item throttled together
 //     (sent before its last throttle came back) make the item a budget of

@@ -132,8 +132,9 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 	for d := range len(keys) - 1 {
 		n := s.node(keys[d], d)
 		n.seq = s.seq
+		n.throttles.add(now)
 		c := n.spread(keys[d+1], now, until)
-		if found == nil && !now.Before(n.dropped) && (n.paces(now, q.recovery) || c >= need(d)) {
+		if found == nil && !now.Before(n.dropped) && (n.paces(now, q.recovery) || c >= need(d) && n.overrun(&s.wave)) {
 			found = n
 		}
 	}

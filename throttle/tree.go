@@ -33,6 +33,12 @@ const (
 	// dropped: a shared budget throttles its requests alike, and the
 	// chance of escaping 5 expected throttles is e^-5 < 1 %.
 	evenExpected = 5
+	// minThrottleShare is the least share of a node's recent answers
+	// that must be throttles for their spread to make it a budget: a
+	// budget its clients overran throttles most of what they send, while
+	// a few locked items among many served ones (5 % of a drive's) throttle
+	// a few whatever the pace, and slowing everyone would not help them.
+	minThrottleShare = 0.2
 	// maxKids bounds the children whose traffic a budget tallies one by
 	// one; children with little traffic are folded into one tally.
 	maxKids = 32
@@ -70,6 +76,7 @@ type node struct {
 	budget    announced
 	inflight  int
 	successes waveCount // successes below it since it exists
+	throttles waveCount // throttles below it, counted the same way
 	even      evenness
 }
 
@@ -78,6 +85,16 @@ type node struct {
 type mark struct {
 	child string
 	until time.Time
+}
+
+// overrun reports whether throttles are at least minThrottleShare of the
+// answers below n in the current and the previous second; before, counts
+// the host's successes from before its first throttle, which no node was
+// there to count.
+func (n *node) overrun(before *waveCount) bool {
+	thr := n.throttles.cur.Load() + n.throttles.prev.Load()
+	ok := n.successes.cur.Load() + n.successes.prev.Load() + before.cur.Load() + before.prev.Load()
+	return float64(thr) >= minThrottleShare*float64(thr+ok)
 }
 
 // need is how many distinct throttled children make a node at depth the
