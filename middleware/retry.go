@@ -23,6 +23,7 @@ import (
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/effective"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/metrics"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/outage"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/wait"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/throttle"
@@ -41,8 +42,10 @@ type RetryHandler struct {
 	limits effective.Limits // effective.LimitsOf(opts)
 	clock  options.Clock
 	queue  *throttle.Queue // nil when the handler's options turn it off
-	inst   *metrics.Instruments
-	stats  stats
+	// outages holds the requests to hosts that are down; see outage.go.
+	outages *outage.Hosts
+	inst    *metrics.Instruments
+	stats   stats
 }
 
 var _ nethttplibrary.Middleware = (*RetryHandler)(nil)
@@ -74,6 +77,7 @@ func NewRetryHandler(opts options.RetryHandlerOptions) (*RetryHandler, error) {
 		}
 		h.queue = throttle.New(clock, qo)
 	}
+	h.outages = outage.New(clock, opts.Outage, opts.MeterProvider)
 	return h, nil
 }
 
@@ -162,12 +166,19 @@ type run struct {
 	current *http.Response
 	last    *http.Response
 	lastErr error
+	// The outage gate's part (outage.go): the tickets of the attempt in
+	// flight and of the first attempt, whether the last answer was a failure rather than a
+	// throttle, and the error of a request handed back unsent.
+	ticket, first outage.Ticket
+	afterFailure  bool
+	handedBack    error
 }
 
 // do runs the attempts. ctx is the request's context, carrying the
 // handler's span when tracing is on. Should a callback panic, the panic goes
 // on unchanged once the responses the handler holds are closed.
 func (r *run) do(ctx context.Context) (*http.Response, error) {
+	defer r.hostDone()
 	returned := false
 	defer func() {
 		if !returned {
@@ -190,7 +201,7 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 	for retry := 0; ; retry++ {
 		pass, held, err := r.admit(ctx, retry, notBefore)
 		if held != "" {
-			return r.giveUp(retry, held, nil)
+			return r.giveUp(retry, held, r.handedBack)
 		}
 		if err != nil {
 			r.drop()
@@ -207,6 +218,7 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 			// it hears of it.
 			ans := r.newAnswer(retry+1, nil, nil, err)
 			r.observe(&ans, pass)
+			r.reportHost(outage.NoAnswer, 0)
 			return r.giveUp(retry, stopRewind, fmt.Errorf("preparing attempt %d: %w", retry+1, err))
 		}
 		r.drop()
@@ -216,8 +228,9 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 		r.obs.sent(ctx, err)
 		// Every admitted attempt is reported, a canceled one too, so that a
 		// probe it was does not hold its scope.
-		r.observe(&ans, pass)
+		outcome := r.observe(&ans, pass)
 		if err != nil && ctx.Err() != nil {
+			r.reportHost(outage.NoAnswer, 0)
 			wrote.release()
 			discard(resp)
 			r.current = nil
@@ -229,10 +242,16 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 		if stop == "" {
 			delay, stop = r.retryDelay(ctx, &ans)
 		}
+		r.reportHost(hostOutcome(resp, err, outcome), delay)
+		// Items of a batch answered one by one are throttles, not failures.
+		r.afterFailure = outcome != throttle.Throttled && !r.batch.answeredByItems()
+		if stop == "" && r.handsBack(outcome) {
+			stop = r.handBackAnswer(ctx, resp, ans.back.now(), delay)
+		}
 		unpeek(resp)
 		r.current, r.last, r.lastErr = nil, resp, err
 		if stop != "" {
-			return r.giveUp(retry+1, stop, nil)
+			return r.giveUp(retry+1, stop, r.handedBack)
 		}
 		actx = r.obs.retrying(ctx, retry+1, resp, err, delay)
 		r.last = keep(resp)
@@ -277,16 +296,26 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (thrott
 	if ctx.Err() != nil {
 		return throttle.Pass{Sent: now}, "", ctx.Err()
 	}
+	if held, err := r.passGate(ctx, retry, &notBefore, now); held != "" || err != nil {
+		return throttle.Pass{Sent: now}, held, err
+	}
 	var pass throttle.Pass
 	var err error
 	switch q := r.queue(); {
 	case q != nil && q.Active(r.req):
 		deadline, limit := r.holdDeadline(ctx, now)
+		if r.opts.HandBack != options.HandBackNone {
+			deadline = later(now, notBefore) // no hold past its own time
+		}
 		// The queue sees a copy of the observer, so that the request's run
 		// stays on the stack when the queue is not in the way.
 		obs := &queueObserver{r.obs}
 		pass, err = q.Admit(ctx, r.req, notBefore, deadline, obs)
 		r.obs = obs.observer
+		var hold *throttle.HoldError
+		if errors.As(err, &hold) && r.opts.HandBack != options.HandBackNone {
+			return pass, r.handBack(retry, hold.Until), nil
+		}
 		if errors.Is(err, throttle.ErrHoldTooLong) {
 			if retry > 0 {
 				// The answer in hand is worth more than a retry past the
@@ -342,14 +371,14 @@ func (r *run) queue() *throttle.Queue {
 
 // observe tells the queue what the server answered to an admitted
 // attempt, and to the items of a JSON batch, so that requests to a
-// throttled target are held and its scope's pace is learned. It runs even
-// for a request that opted out of the queue, for the others' sake.
-func (r *run) observe(ans *answer, pass throttle.Pass) {
+// throttled target are held and its scope's pace is learned, and returns
+// its reading of the answer. It runs even for a request that opted out of
+// the queue, for the others' sake.
+func (r *run) observe(ans *answer, pass throttle.Pass) throttle.Outcome {
 	q := r.h.queue
-	if q == nil {
-		return
+	if q != nil {
+		r.batch.learn(q, ans)
 	}
-	r.batch.learn(q, ans)
 	outcome, hold := throttle.Failed, time.Duration(0)
 	switch {
 	case ans.err != nil || ans.resp == nil:
@@ -360,20 +389,28 @@ func (r *run) observe(ans *answer, pass throttle.Pass) {
 	default:
 		var policyHold bool
 		outcome, hold, policyHold = verdict(ans.resp.StatusCode, ans.resp.Header, ans.back.now)
-		if outcome == throttle.Unavailable && !q.Serving(r.req, ans.back.now()) {
+		if outcome == throttle.Unavailable && (q == nil || !q.Serving(r.req, ans.back.now())) {
 			// An outage, or a server that answers no one: nothing to learn
 			// a pace from, and no hold to ask the policy for.
 			policyHold = false
 		}
-		if policyHold {
+		if policyHold && q != nil {
 			hold = ans.policyHold()
 		}
 	}
-	var header http.Header
-	if ans.resp != nil {
-		header = ans.resp.Header
+	if q != nil {
+		var header http.Header
+		if ans.resp != nil {
+			header = ans.resp.Header
+		}
+		q.Report(r.req, pass, outcome, hold, header, ans.back.now)
 	}
-	q.Report(r.req, pass, outcome, hold, header, ans.back.now)
+	if outcome == throttle.Unavailable {
+		// To the outage gate a 503 without Retry-After is a failure,
+		// whatever the queue learns of its budget from it.
+		return throttle.Failed
+	}
+	return outcome
 }
 
 // verdict is what an answer with status and header tells the throttle

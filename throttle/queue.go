@@ -107,7 +107,7 @@ const (
 // not while the server's word holds its URL or path, and in FIFO order at
 // its budget's pace while that budget recovers. A hold that would pass
 // deadline (zero: none; the caller includes the context's deadline, in
-// the queue's clock) is not made: Admit returns ErrHoldTooLong at once,
+// the queue's clock) is not made: Admit returns a *HoldError (ErrHoldTooLong) at once, saying until when,
 // and the caller decides. Admit returns the context's error if it ends
 // first. obs, when not nil, hears when the request is held and released.
 // A request to a host that was never throttled takes no lock.
@@ -251,7 +251,7 @@ func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, no
 	q.prune(s, now)
 }
 
-// ErrHoldTooLong is returned by Admit, at once, when the throttles the
+// ErrHoldTooLong is wrapped by the *HoldError Admit returns, at once, when the throttles the
 // request matches would hold it past its deadline: a retry is better not
 // made, and the answer in hand returned; a first attempt, with no answer in
 // hand, is best sent at once for the server to answer.

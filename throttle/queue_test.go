@@ -329,6 +329,10 @@ func TestQueueCancelWhileHeld(t *testing.T) {
 	}
 }
 
+// heldUntil is the error of a hold refused at once that would have lasted
+// until d after t0.
+func heldUntil(d time.Duration) error { return &HoldError{Until: t0.Add(d)} }
+
 func TestQueueDeadline(t *testing.T) {
 	const (
 		s  = time.Second
@@ -346,16 +350,16 @@ func TestQueueDeadline(t *testing.T) {
 		held     []waiting
 		want     []acquired
 	}{
-		{"released after the deadline: refused at once", 10 * s, false, []waiting{{me, 5 * s}}, []acquired{{id: 0, err: ErrHoldTooLong}}},
+		{"released after the deadline: refused at once", 10 * s, false, []waiting{{me, 5 * s}}, []acquired{{id: 0, err: heldUntil(10 * s)}}},
 		{"released at the deadline", 10 * s, false, []waiting{{me, 10 * s}}, []acquired{{id: 0, at: 10 * s}}},
 		{"released before the deadline", 10 * s, false, []waiting{{me, 15 * s}}, []acquired{{id: 0, at: 10 * s}}},
-		{"behind another held request: refused at once", 10 * s, false, []waiting{{me, 0}, {me, 5 * s}}, []acquired{{id: 1, err: ErrHoldTooLong}, {id: 0, at: 10 * s}}},
-		{"paced past the deadline: refused at once", 0, true, []waiting{{me, 0}, {me, 50 * ms}}, []acquired{{id: 0}, {id: 1, err: ErrHoldTooLong}}},
+		{"behind another held request: refused at once", 10 * s, false, []waiting{{me, 0}, {me, 5 * s}}, []acquired{{id: 1, err: heldUntil(10 * s)}, {id: 0, at: 10 * s}}},
+		{"paced past the deadline: refused at once", 0, true, []waiting{{me, 0}, {me, 50 * ms}}, []acquired{{id: 0}, {id: 1, err: heldUntil(100 * ms)}}},
 		{"paced before the deadline", 0, true, []waiting{{me, 0}, {me, 100 * ms}}, []acquired{{id: 0}, {id: 1, at: 100 * ms}}},
 		{
 			"its turn comes after the deadline: refused once it is known", 1 * s, true,
 			[]waiting{{me, 0}, {me, 0}, {me, 0}, {me, 250 * ms}},
-			[]acquired{{id: 0, at: 0}, {id: 1, at: 100 * ms}, {id: 2, at: 200 * ms}, {id: 3, err: ErrHoldTooLong, at: 200 * ms}},
+			[]acquired{{id: 0, at: 0}, {id: 1, at: 100 * ms}, {id: 2, at: 200 * ms}, {id: 3, err: heldUntil(300 * ms), at: 200 * ms}},
 		},
 	}
 	for _, tt := range tests {

@@ -32,7 +32,7 @@ func (q *Queue) next(n *node, now time.Time) time.Time {
 }
 
 // acquire blocks the calling request until it may be sent. It returns
-// ErrHoldTooLong when release would come after deadline.
+// a *HoldError (ErrHoldTooLong) when release would come after deadline.
 func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore, deadline time.Time, obs Observer) (Pass, error) {
 	keys := t.keys()
 	s.mu.Lock()
@@ -40,7 +40,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 	eligible := later(notBefore, s.held(t))
 	if !deadline.IsZero() && eligible.After(deadline) {
 		s.mu.Unlock()
-		return Pass{}, ErrHoldTooLong
+		return Pass{}, &HoldError{Until: eligible}
 	}
 	n := q.room(s, keys, eligible, now)
 	if n == nil {
@@ -104,7 +104,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				n.waiters.remove(w)
 				q.dropIdle(s, n, now)
 				s.mu.Unlock()
-				return Pass{}, ErrHoldTooLong
+				return Pass{}, &HoldError{Until: at}
 			}
 			if !at.After(now) {
 				n.waiters.remove(w)
@@ -128,10 +128,13 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			// and not at all once its deadline has come: refuse it then
 			// rather than when its turn comes, maybe long after.
 			if !deadline.IsZero() && (w.eligible.After(deadline) || !now.Before(deadline)) {
+				// Behind others: no sooner than its own time and the
+				// budget's next release.
+				until := later(later(w.eligible, now), q.next(n, now))
 				n.waiters.remove(w)
 				q.dropIdle(s, n, now)
 				s.mu.Unlock()
-				return Pass{}, ErrHoldTooLong
+				return Pass{}, &HoldError{Until: until}
 			}
 			s.mu.Unlock()
 			held(now, now.Add(time.Nanosecond))
