@@ -813,7 +813,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			}
 			s.mu.Unlock()
 			held(now, at)
-			err = waitFor(ctx, q.clock, at.Sub(now), w.wake)
+			err = wait.Woken(ctx, q.clock, at.Sub(now), w.wake)
 		} else {
 			// Behind others it leaves no earlier than it becomes eligible,
 			// and not at all once its deadline has come: refuse it then
@@ -830,11 +830,11 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			}
 			s.mu.Unlock()
 			held(now, now.Add(time.Nanosecond))
-			wait := time.Duration(-1)
+			untilDeadline := time.Duration(-1)
 			if !deadline.IsZero() {
-				wait = deadline.Sub(now)
+				untilDeadline = deadline.Sub(now)
 			}
-			err = waitFor(ctx, q.clock, wait, w.wake)
+			err = wait.Woken(ctx, q.clock, untilDeadline, w.wake)
 		}
 		s.mu.Lock()
 		if err != nil {
@@ -890,27 +890,6 @@ func signal(w *waiter) {
 	case w.wake <- struct{}{}:
 	default: // a wake-up is already pending
 	}
-}
-
-// waitFor waits for d (none when d < 0), a wake signal, or ctx's end.
-func waitFor(ctx context.Context, clock options.Clock, d time.Duration, wake <-chan struct{}) error {
-	if d < 0 {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-wake:
-			return nil
-		}
-	}
-	t := clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-wake:
-	case <-t.C():
-	}
-	return nil
 }
 
 func later(a, b time.Time) time.Time {

@@ -622,29 +622,17 @@ func (hs *Hosts) sweep() {
 	})
 }
 
-// sleep waits until at (zero: none), a wake signal, or ctx's end.
+// sleep waits until at (zero: with no time limit), a wake signal, or
+// ctx's end.
 func sleep(ctx context.Context, clock options.Clock, at time.Time, wake <-chan struct{}) error {
 	if at.IsZero() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-wake:
-			return nil
-		}
+		return wait.Woken(ctx, clock, -1, wake)
 	}
 	d := at.Sub(clock.Now())
 	if d <= 0 {
 		return ctx.Err()
 	}
-	t := clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-wake:
-	case <-t.C():
-	}
-	return nil
+	return wait.Woken(ctx, clock, d, wake)
 }
 
 func signal(w *waiter) {
