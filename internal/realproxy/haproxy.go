@@ -74,15 +74,7 @@ func StartHAProxy(cfg HAProxy) (*Proxy, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	binary, err := lookPath("haproxy")
-	if err != nil {
-		return nil, err
-	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := tempDir("haproxy")
+	binary, port, dir, err := prepare("haproxy")
 	if err != nil {
 		return nil, err
 	}

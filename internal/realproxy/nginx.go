@@ -139,15 +139,7 @@ func StartNginx(cfg Nginx) (*Proxy, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	binary, err := lookPath("nginx")
-	if err != nil {
-		return nil, err
-	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := tempDir("nginx")
+	binary, port, dir, err := prepare("nginx")
 	if err != nil {
 		return nil, err
 	}
@@ -170,20 +162,6 @@ func StartNginx(cfg Nginx) (*Proxy, error) {
 	}
 	return start("nginx", binary, dir, port,
 		"-p", dir+"/", "-e", filepath.Join(dir, "error.log"), "-c", conf, "-g", "daemon off;")
-}
-
-// tempDir makes a directory for one proxy's files. It is readable by all
-// because nginx, started as root, runs its workers as nobody.
-func tempDir(name string) (string, error) {
-	dir, err := os.MkdirTemp("", "realproxy-"+name+"-")
-	if err != nil {
-		return "", fmt.Errorf("realproxy: making a directory for %s: %w", name, err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		_ = os.RemoveAll(dir)
-		return "", fmt.Errorf("realproxy: making %s readable: %w", dir, err)
-	}
-	return dir, nil
 }
 
 func writeTemplate(path string, t *template.Template, data any) error {

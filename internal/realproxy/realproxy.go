@@ -201,3 +201,32 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// prepare finds the named proxy's binary, a free port of 127.0.0.1 for it
+// and a new temporary directory to run it in.
+func prepare(name string) (binary string, port int, dir string, err error) {
+	if binary, err = lookPath(name); err != nil {
+		return "", 0, "", err
+	}
+	if port, err = FreePort(); err != nil {
+		return "", 0, "", err
+	}
+	if dir, err = tempDir(name); err != nil {
+		return "", 0, "", err
+	}
+	return binary, port, dir, nil
+}
+
+// tempDir makes a directory for one proxy's files. It is readable by all
+// because nginx, started as root, runs its workers as nobody.
+func tempDir(name string) (string, error) {
+	dir, err := os.MkdirTemp("", "realproxy-"+name+"-")
+	if err != nil {
+		return "", fmt.Errorf("realproxy: making a directory for %s: %w", name, err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		_ = os.RemoveAll(dir)
+		return "", fmt.Errorf("realproxy: making %s readable: %w", dir, err)
+	}
+	return dir, nil
+}
