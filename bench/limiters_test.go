@@ -12,10 +12,7 @@ import (
 
 func TestLimiterScenarioLimits(t *testing.T) {
 	p := params{n: 2000, c: 200, rate: 400, burst: 40}
-	byKey := map[string]scenario{}
-	for _, s := range scenarios {
-		byKey[s.key] = s
-	}
+	byKey := scenariosByKey()
 	tests := []struct {
 		key       string
 		want      time.Duration
@@ -49,10 +46,7 @@ func TestWindowFloor(t *testing.T) {
 
 func TestRealScenarioLimits(t *testing.T) {
 	p := params{n: 2000, c: 200, rate: 400, burst: 40}
-	byKey := map[string]scenario{}
-	for _, s := range scenarios {
-		byKey[s.key] = s
-	}
+	byKey := scenariosByKey()
 	tests := []struct {
 		key  string
 		want time.Duration
@@ -98,4 +92,13 @@ func TestRealScenarioLimits(t *testing.T) {
 		assert.Equal(t, "/v1.0/users", sc.path(coll, q, 1))
 		assert.False(t, sc.takes(shapes[1]), "mailboxes mean nothing behind three zones")
 	})
+}
+
+// scenariosByKey indexes the bench's scenarios by their flag value.
+func scenariosByKey() map[string]scenario {
+	byKey := map[string]scenario{}
+	for _, s := range scenarios {
+		byKey[s.key] = s
+	}
+	return byKey
 }
