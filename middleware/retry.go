@@ -389,26 +389,37 @@ func (r *run) observe(ans *answer, pass throttle.Pass) throttle.Outcome {
 	default:
 		var policyHold bool
 		outcome, hold, policyHold = verdict(ans.resp.StatusCode, ans.resp.Header, ans.back.now)
+		if outcome == throttle.Unavailable && (q == nil || !q.Serving(r.req, ans.back.now())) {
+			// An outage, or a server that answers no one: nothing to learn
+			// a pace from, and no hold to ask the policy for.
+			policyHold = false
+		}
 		if policyHold && q != nil {
 			hold = ans.policyHold()
 		}
 	}
-	if q == nil {
-		return outcome
+	if q != nil {
+		var header http.Header
+		if ans.resp != nil {
+			header = ans.resp.Header
+		}
+		q.Report(r.req, pass, outcome, hold, header, ans.back.now)
 	}
-	var header http.Header
-	if ans.resp != nil {
-		header = ans.resp.Header
+	if outcome == throttle.Unavailable {
+		// To the outage gate a 503 without Retry-After is a failure,
+		// whatever the queue learns of its budget from it.
+		return throttle.Failed
 	}
-	q.Report(r.req, pass, outcome, hold, header, ans.back.now)
 	return outcome
 }
 
 // verdict is what an answer with status and header tells the throttle
 // queue: its outcome and, for a throttle, how long it holds its target. A
 // 429 without a usable Retry-After holds it for the policy's delay, which
-// the caller knows: policyHold says so. A 503 or 504 is a throttle only
-// when it names a Retry-After. now is read only when needed.
+// the caller knows: policyHold says so. A 503 or 504 is a throttle when
+// it names a Retry-After; a 503 that names none is Unavailable, for the
+// queue to tell a capacity limit (held for the policy's delay, as a bare
+// 429) from an outage. now is read only when needed.
 func verdict(status int, header http.Header, now func() time.Time) (o throttle.Outcome, hold time.Duration, policyHold bool) {
 	switch {
 	case status == http.StatusTooManyRequests:
@@ -417,6 +428,9 @@ func verdict(status int, header http.Header, now func() time.Time) (o throttle.O
 	case status == http.StatusServiceUnavailable, status == http.StatusGatewayTimeout:
 		if hold, has := RetryAfter(header, now()); has {
 			return throttle.Throttled, hold, false
+		}
+		if status == http.StatusServiceUnavailable {
+			return throttle.Unavailable, 0, true
 		}
 	case status < 500:
 		return throttle.Succeeded, 0, false

@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -81,6 +82,17 @@ func limiterShapes() []limiterShape {
 			r.Announce = a
 			return r
 		}, limit: 5 * time.Second, mostAttempts: 1.09, mostOver: 1.06},
+		{name: "token bucket announcing 40 per 1 s window in whole seconds", rule: func() throttletest.Rule {
+			r := shapeRule(throttletest.BucketLimiter(bucket), nil)
+			// A proxy whose bucket refills in 0.1 s must still name its
+			// window and reset in whole seconds, as the current draft's
+			// fields are integers: the quota looks ten times as slow.
+			r.Announce = func(h http.Header, b throttletest.Budget) {
+				h.Add("RateLimit-Policy", `"default";q=40;w=1`)
+				h.Add("RateLimit", fmt.Sprintf(`"default";r=%d;t=%d`, int(b.Remaining), int(math.Ceil(b.Reset.Seconds()))))
+			}
+			return r
+		}, limit: 5 * time.Second, mostAttempts: 1.1, mostOver: 1.2},
 	}
 }
 

@@ -81,10 +81,10 @@ const (
 	// ServerAddressKey (string) is the host a throttle scope belongs to, on
 	// the queue's gauges, as the OpenTelemetry conventions name it.
 	ServerAddressKey = attribute.Key("server.address")
-	// QueueScopeKey (string) is a throttle scope, on the queue's gauges:
-	// the collection below the service root its requests are in ("users"
-	// for /v1.0/users/{id}, "users/{id}" with the id for
-	// /v1.0/users/{id}/messages).
+	// QueueScopeKey (string) is a budget the queue learned, on the
+	// queue's gauges: "/" for the host's own, else the path below the
+	// service root its requests share ("users" for an API whose requests
+	// share a budget, "users/{id}" with the id for one mailbox's).
 	QueueScopeKey = attribute.Key(Namespace + "queue.scope")
 	// HostStateKey (string) is what the handler believes of a host, one
 	// of "up", "down" or "probing" (options.HostState), on MetricHostState.

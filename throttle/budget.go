@@ -6,13 +6,8 @@ import (
 	"github.com/kiota-resilience/kiota-resilience-go/internal/ratelimit"
 )
 
-// answerWait bounds how long a scope whose announced budget is spent, with
-// no reset named, waits for an answer in flight to say more before it lets
-// one request go to ask.
-const answerWait = time.Second
-
-// announced mirrors the budget a server last announced for a scope,
-// counted down by the requests released since.
+// announced mirrors the budget a server last announced for a node of the
+// budget tree: what its gauges report, and how long it speaks for the node.
 type announced struct {
 	budget ratelimit.Budget
 	at     time.Time // when the answer announcing it came; zero: none
@@ -50,40 +45,3 @@ func (a *announced) refresh(b ratelimit.Budget, sent, now time.Time, inflight in
 func (a *announced) live(now time.Time, recovery time.Duration) bool {
 	return !a.at.IsZero() && now.Before(later(a.at.Add(recovery), a.budget.Reset))
 }
-
-// counted reports whether the budget says how many requests it has left,
-// so that it, not the pace learned from throttles, decides releases.
-func (a *announced) counted() bool {
-	return a.budget.HasRemaining || a.budget.Spent()
-}
-
-// next returns the earliest time the budget lets another request go, with
-// inflight requests of the scope out. A spent budget opens at its reset
-// with its whole limit; one without a reset waits for an answer in flight
-// to say more, for at most answerWait, or lets one request go when none
-// is out.
-func (a *announced) next(now time.Time, inflight int) time.Time {
-	if a.left >= 1 {
-		return now
-	}
-	if reset := a.budget.Reset; !reset.IsZero() {
-		if now.Before(reset) {
-			return reset
-		}
-		a.budget.Reset = time.Time{}
-		a.left = max(a.budget.Limit, 1) - float64(inflight)
-		if a.left >= 1 {
-			return now
-		}
-	}
-	if ask := a.at.Add(answerWait); inflight > 0 && now.Before(ask) {
-		return ask
-	}
-	// Nothing out will answer, or the answers are overdue (their requests
-	// may have been abandoned): one request goes to ask.
-	a.left, a.at = 1, now
-	return now
-}
-
-// sent counts a release against the budget.
-func (a *announced) sent() { a.left-- }

@@ -14,43 +14,6 @@ import (
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
-func TestAnnouncedNext(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	remaining := func(r float64, reset time.Duration) ratelimit.Budget {
-		b := ratelimit.Budget{Limit: 10, Remaining: r, HasRemaining: true}
-		if reset > 0 {
-			b.Reset = t0.Add(reset)
-		}
-		return b
-	}
-	tests := []struct {
-		name     string
-		budget   ratelimit.Budget
-		inflight int // when the answer came
-		out      int // when next is asked
-		at       time.Duration
-		want     time.Duration // from t0
-	}{
-		{name: "room left", budget: remaining(3, time.Second), want: 0},
-		{name: "room taken by requests in flight", budget: remaining(3, time.Second), inflight: 3, out: 3, want: time.Second},
-		{name: "spent: closed until its reset", budget: remaining(0, 2*time.Second), want: 2 * time.Second},
-		{name: "spent, reset passed: open", budget: remaining(0, time.Second), at: time.Second, want: time.Second},
-		{name: "spent, reset passed, limit in flight", budget: remaining(0, answerWait/2), inflight: 10, out: 10, at: answerWait / 2, want: answerWait},
-		{name: "spent without reset, answers due", budget: remaining(0, 0), out: 2, want: answerWait},
-		{name: "spent without reset, none out: one asks", budget: remaining(0, 0), want: 0},
-		{name: "spent without reset, answers overdue: one asks", budget: remaining(0, 0), out: 2, at: 2 * answerWait, want: 2 * answerWait},
-		{name: "graph percentage spent", budget: ratelimit.Budget{Used: 1.2}, out: 1, want: answerWait},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var a announced
-			a.refresh(tt.budget, t0, t0, tt.inflight)
-			assert.True(t, a.counted())
-			assert.Equal(t, t0.Add(tt.want), a.next(t0.Add(tt.at), tt.out))
-		})
-	}
-}
-
 func TestAnnouncedRefresh(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	b := func(r float64, reset time.Duration) ratelimit.Budget {
@@ -84,7 +47,11 @@ func TestAnnouncedRefresh(t *testing.T) {
 	assert.False(t, a.live(t0.Add(time.Minute), time.Second))
 }
 
-func TestQueue_FollowsAnnouncedBudget(t *testing.T) {
+// TestQueue_AnnouncedBudgetTeachesThePace checks that an announced budget
+// is a hint: followed once nearly spent, it holds nothing (its reset would
+// release every waiter at once); spent, it is the news a throttle brings,
+// and its budget is paced from then on, nothing held for the reset.
+func TestQueue_AnnouncedBudgetTeachesThePace(t *testing.T) {
 	announce := func(remaining string) http.Header {
 		return http.Header{"Ratelimit-Limit": {"10"}, "Ratelimit-Remaining": {remaining}, "Ratelimit-Reset": {"1"}}
 	}
@@ -92,12 +59,12 @@ func TestQueue_FollowsAnnouncedBudget(t *testing.T) {
 		name       string
 		header     http.Header
 		wantActive bool
-		wantHeld   time.Duration // of the second request, 0: sent at once
+		wantPaced  bool
 	}{
 		{name: "no budget announced", header: nil},
 		{name: "room enough: not followed", header: announce("5")},
-		{name: "one left: the next waits for the reset", header: announce("1"), wantActive: true, wantHeld: time.Second},
-		{name: "spent: closed until the reset", header: announce("0"), wantActive: true, wantHeld: time.Second},
+		{name: "one left: followed, nothing held", header: announce("1"), wantActive: true},
+		{name: "spent: paced, not held for the reset", header: announce("0"), wantActive: true, wantPaced: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,40 +77,47 @@ func TestQueue_FollowsAnnouncedBudget(t *testing.T) {
 					return
 				}
 				start := time.Now()
-				var last time.Time
+				var last Pass
 				for range 2 {
 					p, err := q.Admit(t.Context(), req, time.Time{}, time.Time{}, nil)
 					require.NoError(t, err)
-					last = p.Sent
+					last = p
 				}
-				assert.Equal(t, tt.wantHeld, last.Sub(start))
+				assert.Less(t, last.Sent.Sub(start), time.Second, "never held for the reset")
+				assert.Equal(t, tt.wantPaced, last.budget != nil && last.budget.pacer != nil, "paced")
 			})
 		})
 	}
 }
 
+// TestQueue_PacedThrottleHoldsOnlyItsRequest checks that a throttle of a
+// request its budget released holds nothing else: the pace slows, and the
+// request waits out its own Retry-After; a throttle that is its target's
+// own holds the target for the time named.
 func TestQueue_PacedThrottleHoldsOnlyItsRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := New(options.SystemClock(), options.QueueOptions{})
 		post := func() *http.Request {
 			return httptest.NewRequest(http.MethodPost, "https://graph.test/v1.0/users", nil)
 		}
-		// The scope's first throttle holds its path: the server's word.
-		q.Report(post(), Pass{Sent: time.Now()}, Throttled, time.Second, nil, time.Now)
-		start := time.Now()
-		p, err := q.Admit(t.Context(), post(), time.Time{}, time.Time{}, nil)
+		// Two requests throttled together: the collection is a budget.
+		sent := time.Now()
+		time.Sleep(time.Millisecond)
+		q.Report(post(), Pass{Sent: sent}, Throttled, time.Second, nil, time.Now)
+		q.Report(post(), Pass{Sent: sent}, Throttled, time.Second, nil, time.Now)
+		p, err := q.Admit(t.Context(), post(), time.Time{}, time.Now().Add(10*time.Second), nil)
 		require.NoError(t, err)
-		assert.GreaterOrEqual(t, p.Sent.Sub(start), time.Second)
-		require.True(t, p.paced, "released by a pacing scope")
+		require.NotNil(t, p.budget, "released by its budget")
 
 		// A throttle of a paced release holds nothing else for its minute.
 		q.Report(post(), p, Throttled, time.Minute, nil, time.Now)
 		_, err = q.Admit(t.Context(), post(), time.Time{}, time.Now().Add(10*time.Second), nil)
 		assert.NoError(t, err, "held for the paced request's Retry-After")
 
-		// An unpaced one does.
-		q.Report(post(), Pass{Sent: time.Now()}, Throttled, time.Minute, nil, time.Now)
-		_, err = q.Admit(t.Context(), post(), time.Time{}, time.Now().Add(10*time.Second), nil)
+		// A throttle of another item, alone, holds that item.
+		me := httptest.NewRequest(http.MethodGet, "https://graph.test/v1.0/me", nil)
+		q.Report(me, Pass{Sent: time.Now()}, Throttled, time.Minute, nil, time.Now)
+		_, err = q.Admit(t.Context(), me, time.Time{}, time.Now().Add(10*time.Second), nil)
 		assert.ErrorIs(t, err, ErrHoldTooLong)
 	})
 }

@@ -20,13 +20,14 @@ import (
 // These tests drive the queue through Admit, Report and ReportItem only,
 // but for tracked, which counts what the queue keeps.
 
-// tracked returns how many throttle scopes the queue keeps, over all hosts.
+// tracked returns how many budget-tree nodes the queue keeps, over all
+// hosts.
 func (q *Queue) tracked() int {
 	n := 0
 	q.hosts.Range(func(_, v any) bool {
 		s := v.(*hostState)
 		s.mu.Lock()
-		n += len(s.scopes)
+		n += len(s.nodes)
 		s.mu.Unlock()
 		return true
 	})
@@ -136,18 +137,24 @@ func TestQueue_UnthrottledScopesNotKept(t *testing.T) {
 	}
 	assert.LessOrEqual(t, q.tracked(), max(base, 1), "scopes kept after 2000 collections that were never throttled")
 
-	// A request held only by inference waits in its own collection's
-	// queue; once it goes, as the probe, that queue is not kept.
-	for _, u := range []string{"a", "b", "c", "d"} {
-		throttle429(t, q, clk, get(t, graph+"/v1.0/users/"+u+"/messages/1", ""), time.Minute, 0)
-	}
-	base = q.tracked()
-	probe := get(t, graph+"/v1.0/users/x/events/1", "")
-	p, err := q.Admit(context.Background(), probe, time.Time{}, time.Time{}, nil)
-	require.NoError(t, err)
-	assert.Equal(t, base, q.tracked(), "scopes kept after a probe went")
-	q.Report(probe, p, Succeeded, 0, nil, clk.Now)
-	assert.Equal(t, base, q.tracked())
+	// A request held by its URL's own throttle waits in a room made for
+	// it; once it goes, the room is not kept.
+	synctest.Test(t, func(t *testing.T) {
+		clk := clocktest.New(t0)
+		q := New(clk, options.QueueOptions{MaxTracked: 64})
+		url := graph + "/v1.0/users/x/events/1"
+		throttle429(t, q, clk, get(t, url, ""), time.Second, 0)
+		base := q.tracked()
+		out := make(chan admitted, 1)
+		go func() {
+			p, err := q.Admit(context.Background(), get(t, url, ""), time.Time{}, time.Time{}, nil)
+			out <- admitted{p, err, clk.Now().Sub(t0)}
+		}()
+		synctest.Wait()
+		assert.Equal(t, base+1, q.tracked(), "a room while it waits")
+		assert.Equal(t, []time.Duration{time.Second}, releases(t, clk, []<-chan admitted{out}))
+		assert.Equal(t, base, q.tracked(), "rooms kept after the held request went")
+	})
 }
 
 // TestQueue_NamedHoldNotCutShortByPacer checks that when the pacer would
@@ -226,22 +233,31 @@ func TestQueue_RateLimitParsedOutsideLock(t *testing.T) {
 		}
 		return orig(h, now)
 	}
-	base := q.tracked()
 	policies := strings.Repeat(`"p";r=1000;t=60, `, 2000) + `"p";r=0;t=60`
+	var spent []bool
 	for i, header := range []http.Header{
 		{"Ratelimit": {`"p";r=0;t=60`}},
 		{"Ratelimit": {policies}},
 	} {
+		s.mu.Lock()
+		if host := s.nodes[""]; host != nil {
+			host.budget = announced{}
+		}
+		s.mu.Unlock()
+		// Reported as a batch item is: a spent budget paces the host's
+		// admissions, and this test's clock does not move.
 		req := get(t, fmt.Sprintf("%s/v1.0/sites/s%d/lists/l", graph, i), "")
-		p, err := q.Admit(context.Background(), req, time.Time{}, time.Time{}, nil)
-		require.NoError(t, err)
-		q.Report(req, p, Succeeded, 0, header, clk.Now)
+		q.Report(req, Pass{Sent: clk.Now()}, Succeeded, 0, header, clk.Now)
+		s.mu.Lock()
+		host := s.nodes[""]
+		spent = append(spent, host != nil && host.budget.live(clk.Now(), time.Second))
+		s.mu.Unlock()
 	}
 	assert.Equal(t, 2, parsed)
 	assert.False(t, lockedWhileParsing, "parsed under the host's lock")
-	// The first field spent its collection's budget; the second, past the
+	// The first field spent the host's budget; the second, past the
 	// bounds, said nothing.
-	assert.Equal(t, base+1, q.tracked(), "scopes following a budget")
+	assert.Equal(t, []bool{true, false}, spent, "a budget followed")
 }
 
 // BenchmarkReportRateLimitField measures the Report of a success carrying

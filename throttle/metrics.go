@@ -12,7 +12,7 @@ import (
 )
 
 // register reports, through mp (nil: the global provider), the pace of
-// each scope the queue paces and the budget of each it follows. The
+// each budget the queue paces and what the server announced of it. The
 // callback holds the queue weakly, so that a provider outliving the queue
 // does not keep it, and reads each host under its lock only while a
 // reader collects. It returns the first error the meter gives.
@@ -50,16 +50,19 @@ func (q *Queue) register(mp metric.MeterProvider) error {
 			}
 			s.mu.Lock()
 			defer s.mu.Unlock()
-			for _, sc := range s.scopes {
-				attrs := metric.WithAttributes(observability.ServerAddressKey.String(k.(string)), observability.QueueScopeKey.String(sc.key))
-				if q.counting(sc, now) {
-					o.ObserveFloat64(remaining, sc.budget.budget.Remaining, attrs)
-					if sc.budget.budget.Limit > 0 {
-						o.ObserveFloat64(limit, sc.budget.budget.Limit, attrs)
-					}
-					continue
+			for _, n := range s.nodes {
+				name := n.key
+				if name == "" {
+					name = "/" // the host's own budget
 				}
-				if r, ok := sc.pacer.(interface{ rateAt(time.Time) float64 }); ok && q.recovering(sc, now) {
+				attrs := metric.WithAttributes(observability.ServerAddressKey.String(k.(string)), observability.QueueScopeKey.String(name))
+				if n.budget.live(now, q.recovery) {
+					o.ObserveFloat64(remaining, n.budget.budget.Remaining, attrs)
+					if n.budget.budget.Limit > 0 {
+						o.ObserveFloat64(limit, n.budget.budget.Limit, attrs)
+					}
+				}
+				if r, ok := n.pacer.(interface{ rateAt(time.Time) float64 }); ok && n.paces(now, q.recovery) {
 					if rate := r.rateAt(now); rate > 0 {
 						o.ObserveFloat64(pace, rate, attrs)
 					}

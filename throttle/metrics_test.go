@@ -55,10 +55,10 @@ func TestQueue_Gauges(t *testing.T) {
 		{name: "a nearly spent budget", outcome: Succeeded,
 			header: http.Header{"Ratelimit-Limit": {"100"}, "Ratelimit-Remaining": {"7"}, "Ratelimit-Reset": {"3"}},
 			want: map[string]map[string]float64{
-				observability.MetricQueueBudgetRemaining: {"graph.test users": 7},
-				observability.MetricQueueBudgetLimit:     {"graph.test users": 100},
+				observability.MetricQueueBudgetRemaining: {"graph.test /": 7},
+				observability.MetricQueueBudgetLimit:     {"graph.test /": 100},
 			}},
-		{name: "a throttle paces its scope", outcome: Throttled, paced: true},
+		{name: "throttles together pace their budget", outcome: Throttled, paced: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,10 +68,14 @@ func TestQueue_Gauges(t *testing.T) {
 			clk := clocktest.New(t0)
 			q := New(clk, options.QueueOptions{MeterProvider: mp})
 			req := httptest.NewRequest(http.MethodGet, "https://graph.test/v1.0/users/1", nil)
+			clk.Advance(time.Millisecond)
 			q.Report(req, Pass{Sent: t0}, tt.outcome, time.Second, tt.header, clk.Now)
+			if tt.paced {
+				q.Report(req, Pass{Sent: t0}, tt.outcome, time.Second, tt.header, clk.Now)
+			}
 			got := gauges(t, reader)
 			if tt.paced {
-				assert.Greater(t, got[observability.MetricQueuePace]["graph.test users"], 0.0)
+				assert.Greater(t, got[observability.MetricQueuePace]["graph.test users/1"], 0.0)
 				return
 			}
 			for name, points := range tt.want {

@@ -24,6 +24,12 @@ type pacer interface {
 	throttled(sent, now, end time.Time)
 }
 
+// spender is a pacer that learns from a budget the server announced as
+// spent by an answer that was not throttled.
+type spender interface {
+	spent(sent, now time.Time)
+}
+
 // Tuning of adaptivePacer, measured with the throttle benchmark (bench/).
 const (
 	// doubling is how often the rate doubles while it searches for the
@@ -398,4 +404,16 @@ func (p *adaptivePacer) solve(n int, capacity, refill float64) (float64, bool) {
 		}
 	}
 	return hi, true
+}
+
+// spent takes a budget the server announced as spent by the request sent
+// at sent, answered at now without a throttle, for a throttle when the
+// pace is above what the server sustained: while it searches, or probes
+// beyond its fitted rate. At the fitted rate a spent budget is the pace
+// doing its job: the server's bucket runs near empty.
+func (p *adaptivePacer) spent(sent, now time.Time) {
+	if p.state == pacerSteady && p.rateAt(sent) <= p.base {
+		return
+	}
+	p.throttled(sent, now, now)
 }

@@ -100,34 +100,15 @@ func isVersion(seg string) bool {
 	return digits > 0
 }
 
-// scope returns the key of t's throttle scope: the collection it reads or
-// writes, its segments below the root but the last (/v1.0/users/{id} is in
-// users, /v1.0/users/{id}/messages in users/{id}), or its only segment.
-func (t *target) scope() string { return t.prefix(max(len(t.segs)-1, min(len(t.segs), 1))) }
-
-// scopeOf returns the key of the throttle scope of a request to path, as
-// target.scope does, without splitting the whole path, so that counting a
-// success allocates nothing.
-func (q *Queue) scopeOf(path string) string {
-	rest := path
-	rooted := false
-	for _, root := range q.roots {
-		if r, ok := strings.CutPrefix(path, root); ok && (r == "" || r[0] == '/') {
-			rest, rooted = r, true
-			break
+// keys returns the keys of the nodes of t's budget tree, widest first:
+// the host (""), then each prefix of its segments, the last its whole path.
+func (t *target) keys() []string {
+	keys := make([]string, len(t.segs)+1)
+	for n := 1; n <= len(t.segs); n++ {
+		keys[n] = keys[n-1] + "/" + t.segs[n-1]
+		if n == 1 {
+			keys[n] = t.segs[0]
 		}
 	}
-	rest = strings.Trim(rest, "/")
-	if !rooted {
-		if first, after, _ := strings.Cut(rest, "/"); isVersion(first) {
-			rest = strings.TrimLeft(after, "/")
-		}
-	}
-	if i := strings.LastIndexByte(rest, '/'); i >= 0 {
-		return strings.TrimRight(rest[:i], "/")
-	}
-	return rest
+	return keys
 }
-
-// prefix returns the key of the first n segments.
-func (t *target) prefix(n int) string { return strings.Join(t.segs[:n], "/") }

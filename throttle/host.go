@@ -1,0 +1,253 @@
+package throttle
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// hostState is everything the queue knows about one host.
+type hostState struct {
+	// active turns true at the host's first throttle or announced budget;
+	// until then its requests skip the queue without taking the lock.
+	active atomic.Bool
+	// seen is the Unix second of the last answer, so that an idle host
+	// can be forgotten.
+	seen atomic.Int64
+	// wave counts, without the lock, the successes of the host before its
+	// first throttle: what the server let through, should the host turn
+	// out to be one budget.
+	wave waveCount
+	// succeeded is when the latest success was sent, in Unix nanoseconds.
+	succeeded atomic.Int64
+
+	mu sync.Mutex
+	// forgotten is set, under mu, when sweep drops the host: an answer to
+	// a request admitted before then goes to the host's new state, so that
+	// a late 429 is not lost with the old one.
+	forgotten   bool
+	lastEnd     time.Time // the latest end of any throttle of the host
+	lastSuccess time.Time // when the latest success came back
+	urls        map[string]*entry
+	paths       map[string]*entry
+	nodes       map[string]*node
+	seq         uint64 // orders throttles and waiters
+}
+
+// entry is an exact URL or path the server throttled until end: its own
+// word, which holds it and nothing else.
+type entry struct {
+	end time.Time
+	at  time.Time // when its last throttle came back
+	// named is the end of the latest wait the server named for it, held
+	// or not.
+	named time.Time
+	seq   uint64
+	// strikes counts its throttles in a row after waiting out its own
+	// Retry-After while others succeeded; locked at lockedStrikes.
+	strikes int
+}
+
+// state returns the state of host, nil when it has none and create is
+// false. Creating one sweeps, at most once a recovery window, the hosts
+// idle at now.
+func (q *Queue) state(host string, create bool, now time.Time) *hostState {
+	if create {
+		q.sweep(now)
+	}
+	if s, ok := q.hosts.Load(host); ok {
+		return s.(*hostState)
+	}
+	if !create {
+		return nil
+	}
+	s, _ := q.hosts.LoadOrStore(host, &hostState{})
+	return s.(*hostState)
+}
+
+// lockedState returns the current state of host, made when there is
+// none, with its lock held.
+func (q *Queue) lockedState(host string, now time.Time) *hostState {
+	for {
+		s := q.state(host, true, now)
+		s.mu.Lock()
+		if !s.forgotten {
+			return s
+		}
+		s.mu.Unlock()
+	}
+}
+
+// activate turns on the queue for s; the caller holds s.mu.
+func (s *hostState) activate() {
+	if s.nodes == nil {
+		s.urls, s.paths, s.nodes = map[string]*entry{}, map[string]*entry{}, map[string]*node{}
+	}
+	s.active.Store(true)
+}
+
+// node returns the node of key at depth, made when there is none.
+func (s *hostState) node(key string, depth int) *node {
+	n := s.nodes[key]
+	if n == nil {
+		n = &node{key: key, depth: depth}
+		s.nodes[key] = n
+	}
+	return n
+}
+
+// sweep forgets the hosts that had no throttle for the recovery window and
+// no answer in it either. It runs as answers come, at most once a recovery
+// window, so that state grows only with the hosts in use.
+func (q *Queue) sweep(now time.Time) {
+	last := q.swept.Load()
+	if now.UnixNano()-last < int64(q.recovery) || !q.swept.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	q.hosts.Range(func(k, v any) bool {
+		s := v.(*hostState)
+		if now.Unix()-s.seen.Load() <= int64(q.recovery/time.Second) {
+			return true
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if now.After(s.lastEnd.Add(q.recovery)) && !s.busy(now, q.recovery) {
+			s.forgotten = true
+			q.hosts.CompareAndDelete(k, s)
+		}
+		return true
+	})
+}
+
+// busy reports whether a request waits at s or a budget still speaks.
+func (s *hostState) busy(now time.Time, recovery time.Duration) bool {
+	for _, n := range s.nodes {
+		if len(n.waiters) > 0 || n.inflight > 0 || n.budget.live(now, recovery) {
+			return true
+		}
+	}
+	return false
+}
+
+// prune drops entries and nodes whose recovery window has passed and,
+// past maxTracked of a kind, the oldest ones, so that exactly the newest
+// maxTracked remain: the newest throttle is always kept.
+func (q *Queue) prune(s *hostState, now time.Time) {
+	if len(s.urls) <= q.maxTracked && len(s.paths) <= q.maxTracked && len(s.nodes) <= q.maxTracked {
+		return
+	}
+	expired := func(end time.Time) bool { return !now.Before(end.Add(q.recovery)) }
+	for _, m := range []map[string]*entry{s.urls, s.paths} {
+		for k, e := range m {
+			if expired(e.end) {
+				delete(m, k)
+			}
+		}
+		keepNewest(m, q.maxTracked, func(e *entry) uint64 { return e.seq })
+	}
+	for k, n := range s.nodes {
+		if len(n.waiters) == 0 && n.inflight == 0 && !n.live(now, q.recovery) && !now.Before(n.dropped) &&
+			(len(n.marks) == 0 || !now.Before(n.marks[0].until)) {
+			delete(s.nodes, k)
+		}
+	}
+	// A node with waiters is never dropped: they would wait for no one.
+	keepNewest(s.nodes, q.maxTracked, func(n *node) uint64 {
+		if len(n.waiters) > 0 || n.inflight > 0 {
+			return ^uint64(0)
+		}
+		return n.seq
+	})
+}
+
+// keepNewest deletes the entries of m throttled first, so that exactly
+// keep remain when there were more. Entries are aged by the sequence
+// number of their last throttle, not by when it ends, so throttles that
+// end at the same instant are told apart.
+func keepNewest[V any](m map[string]V, keep int, seq func(V) uint64) {
+	excess := len(m) - keep
+	if excess <= 0 {
+		return
+	}
+	type aged struct {
+		key string
+		seq uint64
+	}
+	all := make([]aged, 0, len(m))
+	for k, v := range m {
+		all = append(all, aged{k, seq(v)})
+	}
+	// The nodes of one throttle share its number: the longer key, the
+	// narrower node, goes first.
+	slices.SortFunc(all, func(a, b aged) int {
+		if a.seq != b.seq {
+			return cmp.Compare(a.seq, b.seq)
+		}
+		return cmp.Compare(len(b.key), len(a.key))
+	})
+	for _, a := range all[:excess] {
+		delete(m, a.key)
+	}
+}
+
+// waveCount counts successes by the second they were sent in, the current
+// and the one before: what a server's bucket let through shortly before
+// its first throttle, not the traffic of hours that it absorbed.
+type waveCount struct {
+	second    atomic.Int64 // Unix second of cur
+	cur, prev atomic.Int64
+	// The earliest send counted in each, in Unix nanoseconds (0: none),
+	// as seen by whichever success came first: near enough, as waves
+	// are sent in order.
+	curStart, prevStart atomic.Int64
+}
+
+func (c *waveCount) add(sent time.Time) {
+	at := sent.Unix()
+	for {
+		s := c.second.Load()
+		if at <= s {
+			switch at {
+			case s:
+				c.cur.Add(1)
+				c.curStart.CompareAndSwap(0, sent.UnixNano())
+			case s - 1:
+				c.prev.Add(1)
+				c.prevStart.CompareAndSwap(0, sent.UnixNano())
+			}
+			return
+		}
+		if c.second.CompareAndSwap(s, at) {
+			// Successes counted between the swap and the moves land in the
+			// second before: still counted, at worst a second early.
+			n, start := c.cur.Swap(0), c.curStart.Swap(0)
+			if at != s+1 {
+				n, start = 0, 0
+			}
+			c.prev.Store(n)
+			c.prevStart.Store(start)
+		}
+	}
+}
+
+// take returns and clears the successes of the second of now and the one
+// before, and the earliest send among them.
+func (c *waveCount) take(now time.Time) (int, time.Time) {
+	n := c.cur.Swap(0) + c.prev.Swap(0)
+	start := c.prevStart.Swap(0)
+	if cur := c.curStart.Swap(0); start == 0 {
+		start = cur
+	}
+	if n == 0 || c.second.Load() < now.Unix()-1 {
+		return 0, time.Time{} // counted too long ago
+	}
+	return int(n), time.Unix(0, start)
+}
+
+// serving reports whether a success of the host was sent within
+// capacityWindow before now.
+func (s *hostState) serving(now time.Time) bool {
+	return now.UnixNano()-s.succeeded.Load() < int64(capacityWindow)
+}

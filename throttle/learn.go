@@ -1,0 +1,246 @@
+package throttle
+
+import (
+	"strings"
+	"time"
+)
+
+// budgetOf returns the budget that paces a request with keys at now: the
+// widest node of its tree the evidence made a budget (or that follows a
+// budget the server announced), nil when none.
+func (q *Queue) budgetOf(s *hostState, keys []string, now time.Time) *node {
+	if n := q.carvedOf(s, keys, now); n != nil {
+		return n
+	}
+	for _, k := range keys {
+		if n := s.nodes[k]; n != nil && n.live(now, q.recovery) {
+			return n
+		}
+	}
+	return nil
+}
+
+// carvedOf returns the deepest budget on keys' path that the evidence cut
+// out of a wider one, nil when none.
+func (q *Queue) carvedOf(s *hostState, keys []string, now time.Time) *node {
+	for i := len(keys) - 1; i > 0; i-- {
+		if n := s.nodes[keys[i]]; n != nil && n.carved && n.paces(now, q.recovery) {
+			return n
+		}
+	}
+	return nil
+}
+
+// held returns until when the server's own word holds t: a throttle of
+// its exact URL or path.
+func (s *hostState) held(t *target) time.Time {
+	var until time.Time
+	if e := s.urls[t.url]; e != nil {
+		until = e.end
+	}
+	if e := s.paths[t.path]; e != nil {
+		until = later(until, e.end)
+	}
+	return until
+}
+
+// throttled records that the server throttled t, sent as p, until end.
+// The throttle goes to the budget the evidence places it in, whose pacer
+// slows down; it then holds only its own request, which waits out its
+// Retry-After. Without a budget it is the item's own: the server's word
+// holds its URL and path until end, and nothing else is held or paced.
+func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) {
+	s.seq++
+	s.lastEnd = later(s.lastEnd, end)
+	item := s.paths[t.path]
+	if item == nil {
+		item = &entry{}
+		s.paths[t.path] = item
+	}
+	// Sent before its own last throttle came back: requests to it were
+	// out together and throttled together, and it may be a budget of its
+	// own.
+	concurrent := p.Sent.Before(item.at)
+	if !item.at.IsZero() && !concurrent && s.lastSuccess.After(item.at) {
+		item.strikes++ // throttled again after its wait, while others succeed
+	}
+	item.named, item.at, item.seq = later(item.named, end), now, s.seq
+	keys := t.keys()
+	var n *node
+	if item.strikes < lockedStrikes {
+		n = q.attribute(s, keys, now, concurrent)
+	}
+	if n == nil {
+		// Locked, or throttled on its own: its own word holds it.
+		item.end = later(item.end, end)
+		u := s.urls[t.url]
+		if u == nil {
+			u = &entry{}
+			s.urls[t.url] = u
+		}
+		u.end, u.seq = later(u.end, end), s.seq
+		q.prune(s, now)
+		if b := q.budgetOf(s, keys, now); b != nil {
+			b.waiters.kick()
+		}
+		if w := s.nodes[keys[len(keys)-1]]; w != nil {
+			w.waiters.kick()
+		}
+		return
+	}
+	// Its budget's pacer governs it now: what held the item alone ends
+	// through that pace.
+	item.end = time.Time{}
+	if u := s.urls[t.url]; u != nil {
+		u.end = time.Time{}
+	}
+	n.lastEnd = later(n.lastEnd, end)
+	n.seq = s.seq
+	n.pacer.throttled(p.Sent, now, end)
+	if p.budget == n && n.depth+1 < len(keys) {
+		n.even.add(keys[n.depth+1], true, now)
+	}
+	q.judge(s, n, keys, now)
+	q.prune(s, now)
+	n.waiters.kick()
+}
+
+// attribute returns the budget a throttle of t counts against: the widest node whose distinct throttled targets within
+// spreadWindow reach the 5-n rule, a node already a budget, or t's own
+// item when requests to it were throttled together; nil when the throttle
+// is t's alone. concurrent says the throttled request was out while t's
+// previous throttle's wait ran.
+func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent bool) *node {
+	if c := q.carvedOf(s, keys, now); c != nil {
+		// A budget of its own: its throttles say nothing of its parent.
+		return c
+	}
+	if d := len(keys) - 1; d > 0 && concurrent {
+		// Requests to one item throttled together: a budget of its own
+		// (a mailbox, a locked item, one collection's POSTs), whose
+		// throttles count for no node above it.
+		item := s.node(keys[d], d)
+		if !now.Before(item.dropped) {
+			item.seq = s.seq
+			q.share(s, item, now)
+			item.carved = true
+			return item
+		}
+	}
+	until := now.Add(spreadWindow)
+	var found *node
+	for d := range len(keys) - 1 {
+		n := s.node(keys[d], d)
+		n.seq = s.seq
+		n.throttles.add(now)
+		c := n.spread(keys[d+1], now, until)
+		if found == nil && !now.Before(n.dropped) && (n.paces(now, q.recovery) || c >= need(d) && n.overrun(&s.wave)) {
+			found = n
+		}
+	}
+	if found == nil {
+		d := len(keys) - 1
+		item := s.nodes[keys[d]]
+		if item == nil && concurrent {
+			item = s.node(keys[d], d)
+		}
+		if item != nil && !now.Before(item.dropped) && (item.paces(now, q.recovery) || concurrent) {
+			item.seq = s.seq
+			found = item
+		}
+	}
+	if found == nil {
+		return nil
+	}
+	q.share(s, found, now)
+	return found
+}
+
+// succeeded records a success of t, sent as p, at now.
+func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time) {
+	s.lastSuccess = now
+	if e := s.paths[t.path]; e != nil {
+		e.strikes = 0
+	}
+	keys := t.keys()
+	for _, k := range keys {
+		if n := s.nodes[k]; n != nil && !n.shared {
+			n.successes.add(p.Sent)
+		}
+	}
+	n := p.budget
+	if n == nil || !n.shared {
+		n = q.budgetOf(s, keys, now)
+	}
+	if n == nil || n.pacer == nil {
+		return
+	}
+	if p.Sent.Before(n.since) {
+		// Sent before its first throttle came back: part of the same wave.
+		n.pacer.settle(1, p.Sent)
+	}
+	n.pacer.succeeded(p.Sent, now)
+	if p.budget == n && n.depth+1 < len(keys) {
+		n.even.add(keys[n.depth+1], false, now)
+		q.judge(s, n, keys, now)
+	}
+}
+
+// judge splits budget n when its throttles do not fall alike on its
+// children: each throttled child becomes a budget of its own, cut out of
+// n, and n starts learning its pace afresh for the rest, the pace it had
+// being theirs.
+func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
+	hot, uneven := n.even.uneven()
+	if !uneven {
+		return
+	}
+	for _, k := range hot {
+		c := s.node(k, n.depth+1)
+		c.share(now, q.newPacer)
+		c.carved = true
+		c.lastEnd, c.seq = later(c.lastEnd, n.lastEnd), s.seq
+	}
+	n.pacer, n.since = q.newPacer(now), now
+	n.even = evenness{}
+	n.waiters.wakeAll()
+}
+
+// share makes n the budget of its requests, when it is not yet.
+func (q *Queue) share(s *hostState, n *node, now time.Time) {
+	if n.shared && n.pacer != nil {
+		return
+	}
+	n.share(now, q.newPacer)
+	// Widening: budgets below it were the same budget seen through fewer
+	// targets. The pace learned by the latest of them, from the same
+	// server, carries over; they end in it.
+	var (
+		learned pacer
+		latest  uint64
+	)
+	for _, c := range s.nodes {
+		if c != n && c.shared && c.pacer != nil && c.depth > n.depth && below(c.key, n.key) {
+			if learned == nil || c.seq > latest {
+				learned, latest, n.since = c.pacer, c.seq, c.since
+			}
+			c.shared, c.pacer, c.carved = false, nil, false
+			c.waiters.wakeAll()
+		}
+	}
+	if learned != nil {
+		n.pacer = learned
+		return
+	}
+	// The host's successes before its first throttle were counted
+	// without the lock: the first budget of the host takes them as what
+	// the server let through (most hosts are one budget).
+	if c, start := s.wave.take(now); c > 0 {
+		n.pacer.settle(c, start)
+	}
+}
+
+// below reports whether the node key is below the node of prefix.
+func below(key, prefix string) bool {
+	return prefix == "" || strings.HasPrefix(key, prefix) && len(key) > len(prefix) && key[len(prefix)] == '/'
+}

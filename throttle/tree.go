@@ -1,0 +1,250 @@
+package throttle
+
+import (
+	"maps"
+	"math"
+	"slices"
+	"time"
+)
+
+// The evidence the budget tree is built from; doc.go gives the model.
+const (
+	// segmentRuleBase is the 5 of the seed's 5-n rule: a node n segments
+	// below the service root (the host is n = 0) becomes the hypothesis
+	// of its requests' budget once segmentRuleBase-n of its children (the
+	// host's are its APIs) had a throttle within spreadWindow.
+	segmentRuleBase = 5
+	// minSpread is the fewest distinct throttled targets that make any
+	// prefix a shared budget: one throttled target says nothing of its
+	// neighbours.
+	minSpread = 2
+	// spreadWindow is how long a throttle counts towards the spread of
+	// its ancestors: throttles within a second of each other on one budget
+	// are the same congestion, a round trip or two of a client that overran
+	// it, whatever wait each names; throttles further apart are news of
+	// their own.
+	spreadWindow = time.Second
+	// lockedStrikes is how many times in a row an item must be throttled
+	// again after waiting out its own Retry-After, while its neighbours
+	// succeed, to be a locked item: a budget of its own.
+	lockedStrikes = 2
+	// evenExpected is the throttles a child of a shared budget must have
+	// escaped, at the budget's throttle ratio, for the budget to be
+	// dropped: a shared budget throttles its requests alike, and the
+	// chance of escaping 5 expected throttles is e^-5 < 1 %.
+	evenExpected = 5
+	// minThrottleShare is the least share of a node's recent answers
+	// that must be throttles for their spread to make it a budget: a
+	// budget its clients overran throttles most of what they send, while
+	// a few locked items among many served ones (5 % of a drive's) throttle
+	// a few whatever the pace, and slowing everyone would not help them.
+	minThrottleShare = 0.2
+	// maxKids bounds the children whose traffic a budget tallies one by
+	// one; children with little traffic are folded into one tally.
+	maxKids = 32
+	// evenHalfLife is how often a budget's tallies halve, so that they
+	// speak of its pace now rather than of the first wave: a pace that
+	// changed shifts which children meet its throttles within a second or
+	// two.
+	evenHalfLife = 2 * time.Second
+)
+
+// node is a budget candidate of a host's tree: the host itself (key ""),
+// an API (the first segment below the service root), a deeper prefix, or
+// an item (a whole path). Nodes exist only while they hold evidence.
+type node struct {
+	key   string
+	depth int // segments below the root; the host's is 0
+	// marks are the distinct children of the node throttled lately,
+	// newest first, at most segmentRuleBase.
+	marks []mark
+	// shared is set while the node is the hypothesis of its requests'
+	// budget: its pacer paces every request below it.
+	shared bool
+	// carved is set when the evidence cut it out of a wider budget: it
+	// paces its requests whatever the nodes above it do.
+	carved  bool
+	dropped time.Time // evidence said it is not one budget, until then
+	pacer   pacer
+	waiters waiterHeap
+	since   time.Time // when it became a budget
+	lastEnd time.Time // the latest end of a throttle attributed to it
+	seq     uint64
+	// budget is what the server last announced of the node's budget in
+	// rate-limit headers: a hint, which its pacer learns from when it says
+	// the budget is spent.
+	budget    announced
+	inflight  int
+	successes waveCount // successes below it since it exists
+	throttles waveCount // throttles below it, counted the same way
+	even      evenness
+}
+
+// mark is a throttled child counting towards its parent's spread until
+// until.
+type mark struct {
+	child string
+	until time.Time
+}
+
+// overrun reports whether throttles are at least minThrottleShare of the
+// answers below n in the current and the previous second; before, counts
+// the host's successes from before its first throttle, which no node was
+// there to count.
+func (n *node) overrun(before *waveCount) bool {
+	thr := n.throttles.cur.Load() + n.throttles.prev.Load()
+	ok := n.successes.cur.Load() + n.successes.prev.Load() + before.cur.Load() + before.prev.Load()
+	return float64(thr) >= minThrottleShare*float64(thr+ok)
+}
+
+// need is how many distinct throttled children make a node at depth the
+// budget: the 5-n rule, with at least minSpread.
+func need(depth int) int { return max(segmentRuleBase-depth, minSpread) }
+
+// spread records a throttle below child counting until until, and returns
+// how many distinct children of n count at now.
+func (n *node) spread(child string, now, until time.Time) int {
+	kept := n.marks[:0]
+	for _, m := range n.marks {
+		if m.child != child && now.Before(m.until) {
+			kept = append(kept, m)
+		}
+	}
+	n.marks = append(kept, mark{})
+	copy(n.marks[1:], n.marks)
+	n.marks[0] = mark{child, until}
+	if len(n.marks) > segmentRuleBase {
+		n.marks = n.marks[:segmentRuleBase]
+	}
+	return len(n.marks)
+}
+
+// live reports whether n paces its requests at now: a budget whose last
+// throttle ended less than recovery ago, or whose announced budget
+// speaks for it, and that no evidence dropped since.
+func (n *node) live(now time.Time, recovery time.Duration) bool {
+	if !now.Before(n.dropped) && n.shared && now.Before(n.lastEnd.Add(recovery)) {
+		return true
+	}
+	return n.budget.live(now, recovery)
+}
+
+// paces reports whether n's learned pacer paces its releases at now.
+func (n *node) paces(now time.Time, recovery time.Duration) bool {
+	return n.shared && !now.Before(n.dropped) && now.Before(n.lastEnd.Add(recovery))
+}
+
+// share makes n the budget of its requests from now on.
+func (n *node) share(now time.Time, newPacer func(time.Time) pacer) {
+	if n.shared && n.pacer != nil {
+		return
+	}
+	n.shared, n.since = true, now
+	n.pacer = newPacer(now)
+	if c, start := n.successes.take(now); c > 0 {
+		n.pacer.settle(c, start)
+	}
+	n.even = evenness{}
+}
+
+// drop ends n's hypothesis until until; its waiters look again.
+func (n *node) drop(until time.Time) {
+	n.shared, n.pacer, n.dropped = false, nil, until
+	n.marks = n.marks[:0]
+	n.even = evenness{}
+	n.waiters.wakeAll()
+}
+
+// tally is a child's traffic under a budget.
+type tally struct{ sent, throttled int }
+
+// evenness tallies the answers to the requests a shared budget released,
+// per child, to tell whether its throttles fall alike on all of them.
+type evenness struct {
+	kids  map[string]*tally
+	other tally // the children with little traffic, together
+	all   tally
+	since time.Time // the last halving
+}
+
+// add counts an answer, at now, to a request below the child kid.
+func (e *evenness) add(kid string, throttled bool, now time.Time) {
+	if e.kids == nil {
+		e.kids = map[string]*tally{}
+		e.since = now
+	}
+	if now.Sub(e.since) >= evenHalfLife {
+		e.since = now
+		for _, t := range append([]*tally{&e.other, &e.all}, slices.Collect(maps.Values(e.kids))...) {
+			t.sent, t.throttled = t.sent/2, t.throttled/2
+		}
+	}
+	k := e.kids[kid]
+	if k == nil {
+		if len(e.kids) >= maxKids {
+			// Fold the children with little traffic, throttled or not:
+			// which fold is decided by traffic alone, so the folded tally
+			// stays a fair sample.
+			for key, t := range e.kids {
+				if t.sent <= 2 {
+					e.other.sent += t.sent
+					e.other.throttled += t.throttled
+					delete(e.kids, key)
+				}
+			}
+		}
+		if len(e.kids) >= maxKids {
+			k = &e.other
+		} else {
+			k = &tally{}
+			e.kids[kid] = k
+		}
+	}
+	k.sent++
+	e.all.sent++
+	if throttled {
+		k.throttled++
+		e.all.throttled++
+	}
+}
+
+// uneven reports whether a child escaped the throttles one shared budget
+// would have dealt it: evenExpected or more at the budget's throttle
+// ratio, none seen. It returns the throttled children when so.
+func (e *evenness) uneven() ([]string, bool) {
+	if e.all.throttled == 0 || len(e.kids) < 2 && e.other.sent == 0 {
+		return nil, false
+	}
+	ratio := float64(e.all.throttled) / float64(e.all.sent)
+	escaped := func(t tally) bool {
+		// Chernoff's bound on seeing so few throttles: the chance that a
+		// shared budget dealt this child only t.throttled of them.
+		return t.throttled == 0 && float64(t.sent)*ratio >= evenExpected ||
+			t.throttled > 0 && binomialTail(t.sent, t.throttled, ratio) < math.Exp(-evenExpected)
+	}
+	found := escaped(e.other)
+	var hot []string
+	for k, t := range e.kids {
+		if escaped(*t) {
+			found = true
+		}
+		if t.throttled > 0 {
+			hot = append(hot, k)
+		}
+	}
+	return hot, found
+}
+
+// binomialTail bounds the chance of at most k throttles among n answers
+// at ratio p (Chernoff), 1 when k is not below the mean.
+func binomialTail(n, k int, p float64) float64 {
+	q := float64(k) / float64(n)
+	if q >= p || p >= 1 {
+		return 1
+	}
+	kl := q*math.Log(q/p) + (1-q)*math.Log((1-q)/(1-p))
+	if q == 0 {
+		kl = -math.Log(1 - p)
+	}
+	return math.Exp(-float64(n) * kl)
+}

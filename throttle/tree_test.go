@@ -1,0 +1,453 @@
+package throttle
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+)
+
+func TestSegmentsBelowRoot(t *testing.T) {
+	tests := []struct {
+		name  string
+		roots []string
+		path  string
+		want  []string
+	}{
+		{"Graph v1.0", nil, "/v1.0/users/42/messages", []string{"users", "42", "messages"}},
+		{"Graph beta", nil, "/beta/sites/root", []string{"sites", "root"}},
+		{"v1", nil, "/v1/items", []string{"items"}},
+		{"v2.1", nil, "/v2.1/items/", []string{"items"}},
+		{"no version", nil, "/users/42", []string{"users", "42"}},
+		{"not a version: v alone", nil, "/v/items", []string{"v", "items"}},
+		{"not a version: v1.", nil, "/v1./items", []string{"v1.", "items"}},
+		{"not a version: video", nil, "/video/1", []string{"video", "1"}},
+		{"only the leading segment is the root", nil, "/users/v1.0", []string{"users", "v1.0"}},
+		{"a named root", []string{"/api/data/v9.2"}, "/api/data/v9.2/accounts(1)/contacts", []string{"accounts(1)", "contacts"}},
+		{"a named root with a trailing slash", []string{"/api/data/v9.2/"}, "/api/data/v9.2/accounts", []string{"accounts"}},
+		{"the longest named root", []string{"/api", "/api/data/v9.2"}, "/api/data/v9.2/accounts", []string{"accounts"}},
+		{"a named root matches whole segments", []string{"/api/data"}, "/api/database/x", []string{"api", "database", "x"}},
+		{"a path outside the named roots keeps the version rule", []string{"/api/data/v9.2"}, "/v1.0/me", []string{"me"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := New(clocktest.New(t0), options.QueueOptions{})
+			q = New(clocktest.New(t0), options.QueueOptions{Roots: tt.roots})
+			assert.Equal(t, tt.want, q.segments(tt.path))
+		})
+	}
+}
+
+// TestBudgetFromEvidence checks where throttles place a request's budget.
+// The seed's 5-n rule is the first guess, counted in distinct throttled
+// children of a node (the host's are its APIs) within the spread window;
+// a throttle that makes no budget holds only its own URL and path (R21),
+// and nothing else is held or paced (R22).
+func TestBudgetFromEvidence(t *testing.T) {
+	const s = time.Second
+	tests := []struct {
+		name      string
+		throttled []string
+		probe     string
+		budget    string // the key of the budget pacing probe; "-" for none
+		held      bool   // until 10 s, by the server's word
+	}{
+		{"4 throttled users make users the budget", []string{"/v1.0/users/a", "/v1.0/users/b", "/v1.0/users/c", "/v1.0/users/d"}, "/v1.0/users/x", "users", false},
+		{"and pace nothing of sites", []string{"/v1.0/users/a", "/v1.0/users/b", "/v1.0/users/c", "/v1.0/users/d"}, "/v1.0/sites/root", "-", false},
+		{"3 throttled users make no budget", []string{"/v1.0/users/a", "/v1.0/users/b", "/v1.0/users/c"}, "/v1.0/users/x", "-", false},
+		{"4 throttled mailboxes make users the budget", []string{"/v1.0/users/m1/messages", "/v1.0/users/m2/messages", "/v1.0/users/m3/messages", "/v1.0/users/m4/messages"}, "/v1.0/users/m9/messages", "users", false},
+		{"2 folders of a mailbox make no budget", []string{"/v1.0/users/m1/messages/1", "/v1.0/users/m1/events/2"}, "/v1.0/users/m1/calendar", "-", false},
+		{"2 items of a folder make it the budget", []string{"/v1.0/users/m1/messages/1", "/v1.0/users/m1/messages/2"}, "/v1.0/users/m1/messages/3", "users/m1/messages", false},
+		{"5 throttled APIs make the host the budget", []string{"/v1.0/a/1", "/v1.0/b/1", "/v1.0/c/1", "/v1.0/d/1", "/v1.0/e/1"}, "/v1.0/f/1", "", false},
+		{"the exact path is the server's word", []string{"/v1.0/users/a"}, "/v1.0/users/a", "-", true},
+		{"the same path with another query is the server's word", []string{"/v1.0/me/messages?$top=5"}, "/v1.0/me/messages?$top=10", "-", true},
+		{"beta and v1.0 share their segments", []string{"/beta/users/a", "/beta/users/b", "/beta/users/c", "/beta/users/d"}, "/v1.0/users/x", "users", false},
+		{"another host", []string{"/v1.0/users/a"}, "https://other.test/v1.0/users/a", "-", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := New(clocktest.New(t0), options.QueueOptions{})
+			for _, u := range tt.throttled {
+				q.throttleTarget(targetOf(t, graph+u), t0, t0, t0.Add(10*s))
+			}
+			probe := tt.probe
+			if probe[0] == '/' {
+				probe = graph + probe
+			}
+			tg := targetOf(t, probe)
+			st := q.state(tg.host, true, t0)
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			got := "-"
+			if n := q.budgetOf(st, tg.keys(), t0.Add(s)); n != nil {
+				got = n.key
+			}
+			assert.Equal(t, tt.budget, got, "budget")
+			assert.Equal(t, tt.held, st.held(tg).Equal(t0.Add(10*s)), "held by the server's word")
+		})
+	}
+}
+
+// TestThrottlesTogetherMakeAnItemABudget checks that requests to one item
+// throttled together (sent before its throttle came back) make the item a
+// budget, paced rather than held, while one throttled after another only
+// holds it for the time named.
+func TestThrottlesTogetherMakeAnItemABudget(t *testing.T) {
+	q := New(clocktest.New(t0), options.QueueOptions{})
+	post := targetOf(t, graph+"/v1.0/users")
+	ms := time.Millisecond
+	q.throttleTarget(post, t0, t0.Add(2*ms), t0.Add(time.Second))
+	st := q.state("graph.test", false, time.Time{})
+	assert.Nil(t, q.budgetOf(st, post.keys(), t0.Add(2*ms)), "one throttle: the item's own")
+	assert.Equal(t, t0.Add(time.Second), st.held(post))
+
+	q.throttleTarget(post, t0.Add(ms), t0.Add(3*ms), t0.Add(time.Second))
+	n := q.budgetOf(st, post.keys(), t0.Add(3*ms))
+	require.NotNil(t, n, "sent before the first came back: throttled together")
+	assert.Equal(t, "users", n.key)
+	assert.True(t, st.held(post).IsZero(), "its pace governs it now")
+}
+
+// TestLockedItemHoldsOnlyItself checks that an item throttled again after
+// each wait while its neighbours succeed is locked: its throttles count
+// for no budget (R21: one item's lock says nothing of the rest), and the
+// server's word holds it alone.
+func TestLockedItemHoldsOnlyItself(t *testing.T) {
+	clk := clocktest.New(t0)
+	q := New(clk, options.QueueOptions{})
+	s := time.Second
+	drive := func(id string) *http.Request {
+		r, _ := http.NewRequest(http.MethodGet, graph+"/v1.0/drives/d1/items/"+id, nil)
+		return r
+	}
+	at := func(d time.Duration) func() time.Time { return func() time.Time { return t0.Add(d) } }
+	// Item 1 throttled at 0, 1 and 2 s, each time after waiting out its
+	// second; item 2 succeeds in between.
+	for i := range 3 {
+		sent := t0.Add(time.Duration(i) * s)
+		q.Report(drive("1"), Pass{Sent: sent}, Throttled, s, nil, at(time.Duration(i)*s+time.Millisecond))
+		q.Report(drive("2"), Pass{Sent: sent.Add(10 * time.Millisecond)}, Succeeded, 0, nil, at(time.Duration(i)*s+20*time.Millisecond))
+	}
+	st := q.state("graph.test", false, time.Time{})
+	st.mu.Lock()
+	e := st.paths["/v1.0/drives/d1/items/1"]
+	require.NotNil(t, e)
+	assert.GreaterOrEqual(t, e.strikes, lockedStrikes, "locked")
+	items := st.nodes["drives/d1/items"]
+	marks := 0
+	if items != nil {
+		marks = len(items.marks)
+	}
+	st.mu.Unlock()
+	// Another locked item's first throttle and item 1's next: the
+	// collection has seen one countable child, not two.
+	q.Report(drive("3"), Pass{Sent: t0.Add(3 * s)}, Throttled, s, nil, at(3*s+time.Millisecond))
+	q.Report(drive("1"), Pass{Sent: t0.Add(3 * s)}, Throttled, s, nil, at(3*s+time.Millisecond))
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	assert.Nil(t, q.budgetOf(st, targetOf(t, graph+"/v1.0/drives/d1/items/9").keys(), t0.Add(3*s+time.Millisecond)), "no budget from a locked item")
+	assert.LessOrEqual(t, len(st.nodes["drives/d1/items"].marks), marks+1)
+}
+
+// TestNoWaitUnasked checks that a throttle naming 1 ms costs 1 ms: twenty
+// callers one after another on a URL that always answers so are never
+// paced (the probe took 4 s).
+func TestNoWaitUnasked(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New(options.SystemClock(), options.QueueOptions{})
+		start := time.Now()
+		for range 20 {
+			req, _ := http.NewRequest(http.MethodGet, graph+"/v1.0/me/photo", nil)
+			p, err := q.Admit(context.Background(), req, time.Time{}, time.Time{}, nil)
+			require.NoError(t, err)
+			time.Sleep(time.Millisecond / 2) // the round trip
+			q.Report(req, p, Throttled, time.Millisecond, nil, time.Now)
+		}
+		assert.Less(t, time.Since(start), 100*time.Millisecond)
+	})
+}
+
+func TestEvenness(t *testing.T) {
+	tests := []struct {
+		name   string
+		kids   map[string]tally
+		uneven bool
+	}{
+		{"alike", map[string]tally{"a": {100, 10}, "b": {100, 9}, "c": {50, 6}}, false},
+		{"a busy child never throttled", map[string]tally{"a": {100, 40}, "b": {100, 0}}, true},
+		{"too little traffic to tell", map[string]tally{"a": {10, 4}, "b": {3, 0}}, false},
+		{"far fewer than its share", map[string]tally{"a": {400, 200}, "b": {400, 20}}, true},
+		{"one child: nothing to compare", map[string]tally{"a": {400, 200}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var e evenness
+			for k, c := range tt.kids {
+				for i := range c.sent {
+					e.add(k, i < c.throttled, t0)
+				}
+			}
+			_, uneven := e.uneven()
+			assert.Equal(t, tt.uneven, uneven)
+		})
+	}
+}
+
+// TestUnevenBudgetSplit checks that a budget whose throttles fall on some
+// children while another with more traffic escapes them is split: its
+// throttled children become budgets of their own, cut out of it, and it
+// learns its pace afresh for the rest.
+func TestUnevenBudgetSplit(t *testing.T) {
+	clk := clocktest.New(t0)
+	q := New(clk, options.QueueOptions{})
+	mailboxes := []string{"m1", "m2", "m3", "m4"}
+	for _, m := range mailboxes {
+		q.throttleTarget(targetOf(t, graph+"/v1.0/users/"+m+"/messages"), t0, t0, t0.Add(time.Second))
+	}
+	st := q.state("graph.test", false, time.Time{})
+	st.mu.Lock()
+	users := st.nodes["users"]
+	require.NotNil(t, users)
+	require.True(t, users.shared)
+	learned := users.pacer
+	st.mu.Unlock()
+	req := func(p string) *http.Request {
+		r, _ := http.NewRequest(http.MethodGet, graph+p, nil)
+		return r
+	}
+	back := func() time.Time { return t0.Add(time.Second) }
+	released := Pass{Sent: t0.Add(time.Second), host: st, budget: users}
+	for i := range 60 {
+		st.mu.Lock()
+		users.inflight += 2
+		st.mu.Unlock()
+		q.Report(req("/v1.0/users/"+mailboxes[i%4]+"/messages"), released, Throttled, time.Second, nil, back)
+		q.Report(req("/v1.0/users/id"), released, Succeeded, 0, nil, back)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	assert.NotSame(t, learned, users.pacer, "users learns afresh")
+	for _, m := range mailboxes {
+		n := q.budgetOf(st, targetOf(t, graph+"/v1.0/users/"+m+"/messages").keys(), back())
+		require.NotNil(t, n, m)
+		assert.Equal(t, "users/"+m, n.key, "a budget of its own")
+	}
+	assert.Same(t, users, q.budgetOf(st, targetOf(t, graph+"/v1.0/users/id").keys(), back()), "the rest stays with users")
+}
+
+// TestWideningKeepsThePace checks that a budget that widens takes the pace
+// learned below it: the same server's budget, seen through more targets.
+func TestWideningKeepsThePace(t *testing.T) {
+	q := New(clocktest.New(t0), options.QueueOptions{})
+	q.throttleTarget(targetOf(t, graph+"/v1.0/users/m1/messages/1"), t0, t0, t0.Add(time.Second))
+	q.throttleTarget(targetOf(t, graph+"/v1.0/users/m1/messages/2"), t0, t0, t0.Add(time.Second))
+	st := q.state("graph.test", false, time.Time{})
+	folder := st.nodes["users/m1/messages"]
+	require.True(t, folder.shared)
+	learned := folder.pacer
+	for _, m := range []string{"m2", "m3", "m4"} {
+		q.throttleTarget(targetOf(t, graph+"/v1.0/users/"+m+"/messages/1"), t0, t0, t0.Add(time.Second))
+	}
+	users := st.nodes["users"]
+	require.True(t, users.shared)
+	assert.Same(t, learned, users.pacer)
+	assert.False(t, folder.shared)
+}
+
+// TestScopesPacedApart checks that each budget has a pace of its own:
+// requests of one never wait behind another's queue, and a request that
+// no budget holds is not paced at all.
+func TestBudgetsPacedApart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clocktest.New(t0)
+		q := New(clk, options.QueueOptions{})
+		q.newPacer = func(time.Time) pacer { return &fixedPacer{every: time.Second} }
+		// Both budgets throttled and ended: paced, not held.
+		for _, id := range []string{"a", "b", "c", "d"} {
+			q.throttleTarget(targetOf(t, graph+"/v1.0/users/"+id), t0, t0, t0)
+			q.throttleTarget(targetOf(t, graph+"/v1.0/sites/"+id), t0, t0, t0)
+		}
+		var users, sites []<-chan admitted
+		for range 3 {
+			users = append(users, admit(q, clk, graph+"/v1.0/users/x", t0, time.Time{}))
+			sites = append(sites, admit(q, clk, graph+"/v1.0/sites/x", t0, time.Time{}))
+		}
+		other, ok := ready(t, admit(q, clk, graph+"/v1.0/groups/x", t0, time.Time{}))
+		require.True(t, ok, "never throttled: not queued")
+		assert.Zero(t, other.at)
+
+		at := func(cs []<-chan admitted) []time.Duration {
+			var out []time.Duration
+			for _, c := range cs {
+				out = append(out, (<-c).at)
+			}
+			return out
+		}
+		go func() {
+			for range 2 {
+				synctest.Wait()
+				clk.Advance(time.Second)
+			}
+		}()
+		want := []time.Duration{0, time.Second, 2 * time.Second}
+		assert.Equal(t, want, at(users), "users at its own pace")
+		assert.Equal(t, want, at(sites), "sites at its own pace, beside users")
+		synctest.Wait()
+	})
+}
+
+// admitted is what one Admit returned.
+type admitted struct {
+	pass Pass
+	err  error
+	at   time.Duration
+}
+
+// admit runs Admit for rawURL in a goroutine and returns a channel of its
+// result, once it has blocked or returned.
+func admit(q *Queue, clk *clocktest.Clock, rawURL string, notBefore, deadline time.Time) <-chan admitted {
+	out := make(chan admitted, 1)
+	req, _ := http.NewRequest(http.MethodGet, rawURL, nil)
+	go func() {
+		p, err := q.Admit(context.Background(), req, notBefore, deadline, nil)
+		out <- admitted{p, err, clk.Now().Sub(t0)}
+	}()
+	synctest.Wait()
+	return out
+}
+
+func ready(t *testing.T, c <-chan admitted) (admitted, bool) {
+	t.Helper()
+	select {
+	case a := <-c:
+		return a, true
+	default:
+		return admitted{}, false
+	}
+}
+
+// TestHoldWithinLimits checks that a hold never outlasts the request's
+// own limits: one that would is refused at once, for the caller to decide.
+func TestHoldWithinLimits(t *testing.T) {
+	const s = time.Second
+	tests := []struct {
+		name      string
+		notBefore time.Duration
+		deadline  time.Duration // 0: none
+		want      time.Duration
+		wantErr   error
+	}{
+		{"no limit: held until the server's time", 0, 0, 600 * s, nil},
+		{"a deadline before the end: refused at once", 0, 2 * s, 0, ErrHoldTooLong},
+		{"a deadline before the end: refused before its own delay", s, 2 * s, 0, ErrHoldTooLong},
+		{"a deadline after the end: held", 0, 601 * s, 600 * s, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				clk := clocktest.New(t0)
+				q := New(clk, options.QueueOptions{})
+				q.throttleTarget(targetOf(t, graph+"/v1.0/me"), t0, t0, t0.Add(600*s))
+				var deadline time.Time
+				if tt.deadline > 0 {
+					deadline = t0.Add(tt.deadline)
+				}
+				req, _ := http.NewRequest(http.MethodGet, graph+"/v1.0/me", nil)
+				done := make(chan time.Duration, 1)
+				go func() {
+					_, err := q.Admit(context.Background(), req, t0.Add(tt.notBefore), deadline, nil)
+					assert.ErrorIs(t, err, tt.wantErr)
+					done <- clk.Now().Sub(t0)
+				}()
+				for {
+					synctest.Wait()
+					select {
+					case at := <-done:
+						assert.Equal(t, tt.want, at)
+						return
+					default:
+					}
+					p := clk.Pending()
+					require.NotEmpty(t, p)
+					clk.Advance(p[0])
+				}
+			})
+		})
+	}
+}
+
+// TestHostKey checks that state is keyed by the host the request names:
+// its Host header when set.
+func TestHostKey(t *testing.T) {
+	q := New(clocktest.New(t0), options.QueueOptions{})
+	a, _ := http.NewRequest(http.MethodGet, "https://10.0.0.1/v1.0/me", nil)
+	a.Host = "a.example"
+	b, _ := http.NewRequest(http.MethodGet, "https://10.0.0.1/v1.0/me", nil)
+	b.Host = "b.example"
+	q.Report(a, Pass{Sent: t0}, Throttled, time.Minute, nil, func() time.Time { return t0 })
+	assert.True(t, q.Active(a))
+	assert.False(t, q.Active(b), "another virtual host on the same address")
+	plain, _ := http.NewRequest(http.MethodGet, "https://10.0.0.1/v1.0/me", nil)
+	assert.False(t, q.Active(plain))
+}
+
+// TestIdleHostsForgotten checks that a host with no throttle and no answer
+// for the recovery window is forgotten once another host comes.
+func TestIdleHostsForgotten(t *testing.T) {
+	clk := clocktest.New(t0)
+	q := New(clk, options.QueueOptions{Recovery: 10 * time.Second})
+	req := func(host string) *http.Request {
+		r, _ := http.NewRequest(http.MethodGet, "https://"+host+"/v1.0/me", nil)
+		return r
+	}
+	q.Report(req("throttled.test"), Pass{Sent: t0}, Throttled, time.Second, nil, clk.Now)
+	q.Report(req("quiet.test"), Pass{Sent: t0}, Succeeded, 0, nil, clk.Now)
+	count := func() (n int) {
+		q.hosts.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	require.Equal(t, 2, count())
+
+	clk.Advance(5 * time.Second)
+	q.Report(req("new1.test"), Pass{Sent: clk.Now()}, Succeeded, 0, nil, clk.Now)
+	assert.Equal(t, 3, count(), "within the recovery window nothing is forgotten")
+
+	clk.Advance(10 * time.Second)
+	q.Report(req("new2.test"), Pass{Sent: clk.Now()}, Succeeded, 0, nil, clk.Now)
+	assert.Equal(t, 2, count(), "the two idle hosts are forgotten")
+	assert.False(t, q.Active(req("throttled.test")))
+	assert.NotNil(t, q.state("new1.test", false, time.Time{}), "a host seen 10 s ago is kept")
+}
+
+// TestPruneKeepsNewest checks that past MaxTracked exactly the newest
+// throttles are kept, also when many end at the same instant (one
+// HTTP-date for many URLs), and that MaxTracked 1 keeps the newest.
+func TestPruneKeepsNewest(t *testing.T) {
+	for _, maxTracked := range []int{1, 3, 12} {
+		q := New(clocktest.New(t0), options.QueueOptions{MaxTracked: maxTracked})
+		const n = 20
+		// Each throttle its own: a second apart, so that none spreads to
+		// a budget, all ending at the same instant.
+		for i := range n {
+			at := t0.Add(time.Duration(i) * 2 * time.Second)
+			q.throttleTarget(targetOf(t, graph+"/v1.0/items"+string(rune('a'+i))), at, at, t0.Add(time.Hour))
+		}
+		s := q.state("graph.test", false, time.Time{})
+		assert.Len(t, s.urls, maxTracked, "MaxTracked %d: URLs", maxTracked)
+		assert.Len(t, s.paths, maxTracked, "MaxTracked %d: paths", maxTracked)
+		assert.LessOrEqual(t, len(s.nodes), maxTracked, "MaxTracked %d: nodes", maxTracked)
+		newest := targetOf(t, graph+"/v1.0/items"+string(rune('a'+n-1)))
+		assert.Contains(t, s.urls, newest.url, "MaxTracked %d: the newest throttle is kept", maxTracked)
+		assert.Equal(t, t0.Add(time.Hour), s.held(newest), "MaxTracked %d: and still holds", maxTracked)
+		for i := range n - maxTracked {
+			assert.NotContains(t, s.urls, "/v1.0/items"+string(rune('a'+i)), "MaxTracked %d: the oldest go first", maxTracked)
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package throttle
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/wait"
+)
+
+// room returns where a request with keys waits at now: its budget, or
+// without one its item's node, nil when it needs no room (no budget and
+// nothing holds it).
+func (q *Queue) room(s *hostState, keys []string, eligible, now time.Time) *node {
+	if n := q.budgetOf(s, keys, now); n != nil {
+		return n
+	}
+	if !eligible.After(now) {
+		return nil
+	}
+	d := len(keys) - 1
+	return s.node(keys[d], d)
+}
+
+// next returns the earliest time n lets its next request go at now: its
+// learned pace, when it paces.
+func (q *Queue) next(n *node, now time.Time) time.Time {
+	if n.paces(now, q.recovery) {
+		return n.pacer.next(now)
+	}
+	return now
+}
+
+// acquire blocks the calling request until it may be sent. It returns
+// a *HoldError (ErrHoldTooLong) when release would come after deadline.
+func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore, deadline time.Time, obs Observer) (Pass, error) {
+	keys := t.keys()
+	s.mu.Lock()
+	now := q.clock.Now()
+	eligible := later(notBefore, s.held(t))
+	if !deadline.IsZero() && eligible.After(deadline) {
+		s.mu.Unlock()
+		return Pass{}, &HoldError{Until: eligible}
+	}
+	n := q.room(s, keys, eligible, now)
+	if n == nil {
+		// Neither paced nor held: it waits for its own time only.
+		s.mu.Unlock()
+		return Pass{}, wait.Until(ctx, q.clock, notBefore)
+	}
+	// named is set once the server's own word (a throttle of this URL or
+	// path) holds the request: the pace never cuts that hold short.
+	named := eligible.After(later(now, notBefore))
+	s.seq++
+	w := &waiter{notBefore: notBefore, eligible: eligible, seq: s.seq, wake: make(chan struct{}, 1)}
+	n.waiters.push(w)
+	// Held means kept past the request's own time by the queue; waiting out
+	// its own delay is not.
+	held := func(now, at time.Time) {
+		if own := later(now, notBefore); at.After(own) && obs != nil {
+			obs.Held(ctx, at.Sub(own))
+		}
+	}
+	held(now, w.eligible)
+	if obs != nil {
+		defer obs.Released(ctx)
+	}
+	var err error
+	for {
+		now = q.clock.Now()
+		e := later(w.notBefore, s.held(t))
+		named = named || e.After(later(now, w.notBefore))
+		if m := q.room(s, keys, e, now); m != n {
+			// The evidence moved its budget: it queues there.
+			n.waiters.remove(w)
+			q.dropIdle(s, n, now)
+			if m == nil {
+				s.mu.Unlock()
+				return Pass{}, wait.Until(ctx, q.clock, notBefore)
+			}
+			n = m
+			w.eligible = e
+			n.waiters.push(w)
+			continue
+		}
+		if n.waiters[0] == w {
+			if !e.Equal(w.eligible) {
+				w.eligible = e
+				heap.Fix(&n.waiters, w.index)
+				if n.waiters[0] != w {
+					n.waiters.kick()
+					continue
+				}
+			}
+			at := later(w.eligible, q.next(n, now))
+			if !deadline.IsZero() && at.After(deadline) && named && !w.eligible.After(deadline) {
+				// The pace would start past the deadline, but the time the
+				// server named fits: the request waits that and no more,
+				// rather than being refused and then sent at once into
+				// the throttle the server named.
+				at = w.eligible
+			}
+			if !deadline.IsZero() && at.After(deadline) {
+				n.waiters.remove(w)
+				q.dropIdle(s, n, now)
+				s.mu.Unlock()
+				return Pass{}, &HoldError{Until: at}
+			}
+			if !at.After(now) {
+				n.waiters.remove(w)
+				var p Pass
+				if n.live(now, q.recovery) {
+					p.budget = n
+					n.inflight++
+					if n.paces(now, q.recovery) {
+						n.pacer.sent(now)
+					}
+				}
+				q.dropIdle(s, n, now)
+				s.mu.Unlock()
+				return p, nil
+			}
+			s.mu.Unlock()
+			held(now, at)
+			err = wait.Woken(ctx, q.clock, at.Sub(now), w.wake)
+		} else {
+			// Behind others it leaves no earlier than it becomes eligible,
+			// and not at all once its deadline has come: refuse it then
+			// rather than when its turn comes, maybe long after.
+			if !deadline.IsZero() && (w.eligible.After(deadline) || !now.Before(deadline)) {
+				// Behind others: no sooner than its own time and the
+				// budget's next release.
+				until := later(later(w.eligible, now), q.next(n, now))
+				n.waiters.remove(w)
+				q.dropIdle(s, n, now)
+				s.mu.Unlock()
+				return Pass{}, &HoldError{Until: until}
+			}
+			s.mu.Unlock()
+			held(now, now.Add(time.Nanosecond))
+			d := time.Duration(-1)
+			if !deadline.IsZero() {
+				d = deadline.Sub(now)
+			}
+			err = wait.Woken(ctx, q.clock, d, w.wake)
+		}
+		s.mu.Lock()
+		if err != nil {
+			n.waiters.remove(w)
+			q.dropIdle(s, n, q.clock.Now())
+			s.mu.Unlock()
+			return Pass{}, err
+		}
+	}
+}
+
+// dropIdle forgets n when it was made only to hold requests and holds none
+// now: no budget, no evidence, it knows nothing worth keeping, and kept it
+// would cost every later answer of the host.
+func (q *Queue) dropIdle(s *hostState, n *node, now time.Time) {
+	if len(n.waiters) == 0 && n.inflight == 0 && !n.shared && len(n.marks) == 0 && !now.Before(n.dropped) &&
+		!n.budget.live(now, q.recovery) && s.nodes[n.key] == n {
+		delete(s.nodes, n.key)
+	}
+}
