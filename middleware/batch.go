@@ -193,8 +193,9 @@ func (b *batchRun) learn(q *throttle.Queue, ans *answer) {
 		}
 		back := func() time.Time { return a.back }
 		outcome, hold, policyHold := verdict(a.Status, a.Header, back)
-		if outcome == throttle.Unavailable && !q.Serving(b.req, a.back) {
-			policyHold = false
+		if outcome == throttle.Unavailable {
+			outcome = q.Refused(b.req, throttle.Pass{}, a.back)
+			policyHold = outcome == throttle.Throttled
 		}
 		if policyHold {
 			hold = ans.policyHold()

@@ -389,10 +389,16 @@ func (r *run) observe(ans *answer, pass throttle.Pass) throttle.Outcome {
 	default:
 		var policyHold bool
 		outcome, hold, policyHold = verdict(ans.resp.StatusCode, ans.resp.Header, ans.back.now)
-		if outcome == throttle.Unavailable && (q == nil || !q.Serving(r.req, ans.back.now())) {
-			// An outage, or a server that answers no one: nothing to learn
-			// a pace from, and no hold to ask the policy for.
-			policyHold = false
+		if outcome == throttle.Unavailable {
+			outcome = throttle.Failed
+			if q != nil {
+				outcome = q.Refused(r.req, pass, ans.back.now())
+			}
+			// Taken for a capacity limit, it is a throttle to the outage
+			// gate too: the host is answering. Otherwise, an outage or a
+			// server failing at random: nothing to learn a pace from, and
+			// no hold to ask the policy for.
+			policyHold = outcome == throttle.Throttled
 		}
 		if policyHold && q != nil {
 			hold = ans.policyHold()
@@ -404,11 +410,6 @@ func (r *run) observe(ans *answer, pass throttle.Pass) throttle.Outcome {
 			header = ans.resp.Header
 		}
 		q.Report(r.req, pass, outcome, hold, header, ans.back.now)
-	}
-	if outcome == throttle.Unavailable {
-		// To the outage gate a 503 without Retry-After is a failure,
-		// whatever the queue learns of its budget from it.
-		return throttle.Failed
 	}
 	return outcome
 }

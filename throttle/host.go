@@ -22,6 +22,9 @@ type hostState struct {
 	wave waveCount
 	// succeeded is when the latest success was sent, in Unix nanoseconds.
 	succeeded atomic.Int64
+	// served and refused count, by the second, the successes and the 503s
+	// without Retry-After, for Refused to tell a capacity limit.
+	served, refused waveCount
 
 	mu sync.Mutex
 	// forgotten is set, under mu, when sweep drops the host: an answer to
@@ -244,6 +247,17 @@ func (c *waveCount) take(now time.Time) (int, time.Time) {
 		return 0, time.Time{} // counted too long ago
 	}
 	return int(n), time.Unix(0, start)
+}
+
+// recent returns the count of the second of now and the one before.
+func (c *waveCount) recent(now time.Time) int {
+	switch c.second.Load() {
+	case now.Unix():
+		return int(c.cur.Load() + c.prev.Load())
+	case now.Unix() - 1:
+		return int(c.cur.Load())
+	}
+	return 0
 }
 
 // serving reports whether a success of the host was sent within

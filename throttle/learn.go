@@ -173,6 +173,10 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time) {
 		n = q.budgetOf(s, keys, now)
 	}
 	if n == nil || n.pacer == nil {
+		// No budget yet: what the server let through counts for the
+		// first one, as on the fast path (answers that announce a budget
+		// come this way).
+		s.wave.add(p.Sent)
 		return
 	}
 	if p.Sent.Before(n.since) {
@@ -237,7 +241,27 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 	// the server let through (most hosts are one budget).
 	if c, start := s.wave.take(now); c > 0 {
 		n.pacer.settle(c, start)
+		return
 	}
+	// A wider budget formed in the same wave took them: the wave was this
+	// budget's as much as its, and cut out of it now, this one takes what
+	// it learned, the wider one starting afresh for the rest.
+	for k := n.key; k != ""; {
+		k = parentKey(k)
+		if a := s.nodes[k]; a != nil && a.shared && a.pacer != nil && a.budget.live(now, q.recovery) && now.Sub(a.since) < spreadWindow {
+			n.pacer, n.since = a.pacer, a.since
+			a.pacer = q.newPacer(now)
+			return
+		}
+	}
+}
+
+// parentKey returns the key of the node above key's.
+func parentKey(key string) string {
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		return key[:i]
+	}
+	return ""
 }
 
 // below reports whether the node key is below the node of prefix.

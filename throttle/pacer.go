@@ -123,6 +123,13 @@ type adaptivePacer struct {
 	// from what it refilled meanwhile.
 	waveLast time.Time
 	rate     float64 // rate of the last release
+	// closed is the end of the wait named by the throttle that last
+	// lowered the rate outside such a wait, and closedFloor half the
+	// rate before it: a budget the server closed until a time (a fixed
+	// window) throttles whatever is sent until then, and its throttles
+	// must not drive the pace to nothing for when it opens.
+	closed      time.Time
+	closedFloor float64
 	// releases holds the time since start of each release since start, in
 	// order, to fit the server's rate.
 	releases []time.Duration
@@ -272,11 +279,18 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		// wave's successes per period, which the server already sustained:
 		// the pace cannot collapse.
 		floor := float64(max(p.burst, 1)) / p.period
-		if p.state == pacerSteady {
+		closing := p.state == pacerSteady && sent.Before(p.closed)
+		switch {
+		case closing:
+			floor = p.closedFloor
+		case p.state == pacerSteady:
 			floor = p.rateAt(sent) / 2
 		}
 		p.base = max(p.fit(sent), floor, 1)
 		p.state = pacerSteady
+		if !closing {
+			p.closed, p.closedFloor = end, max(floor, p.rateAt(sent)/2)
+		}
 		p.start = now
 		p.reacted = now
 		p.last = now // the server's bucket is empty: wait for a token

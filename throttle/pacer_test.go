@@ -323,3 +323,47 @@ func TestAdaptivePacerFitBoundedByReleases(t *testing.T) {
 	require.Equal(t, pacerSteady, p.state)
 	assert.LessOrEqual(t, p.base, 2*3/peakWindow.Seconds(), "fitted rate")
 }
+
+// TestPacerClosedBudget checks that the throttles met while the server
+// keeps a budget closed until a time (a fixed window) lower the rate once,
+// to half the rate before the decrease that met the closure, whatever
+// their number: the pace must be there when the window opens. Throttles
+// each after the previous one's wait lower it each time.
+func TestPacerClosedBudget(t *testing.T) {
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	tests := []struct {
+		name   string
+		wait   time.Duration // the Retry-After of each throttle
+		closed bool
+	}{
+		{"window closed for 10 s", 10 * time.Second, true},
+		{"each throttle's wait over before the next", time.Millisecond, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.settle(1000, t0)
+			p.throttled(ms(0), ms(1), ms(1).Add(tt.wait))
+			require.Equal(t, pacerSearching, p.state)
+			at := 10
+			for i := range 20 {
+				p.sent(ms(at + i))
+			}
+			p.throttled(ms(at+10), ms(at+11), ms(at+11).Add(tt.wait))
+			require.Equal(t, pacerSteady, p.state)
+			var bases []float64
+			for i := range 10 {
+				at += 10
+				p.sent(ms(at + i))
+				p.throttled(ms(at+i), ms(at+i+1), ms(at+i+1).Add(tt.wait))
+				bases = append(bases, p.base)
+			}
+			if tt.closed {
+				assert.Equal(t, bases[1], bases[9], "held at the closure's floor")
+				assert.Greater(t, bases[9], bases[0]/3)
+			} else {
+				assert.Less(t, bases[9], bases[0]/8, "each throttle lowers it")
+			}
+		})
+	}
+}

@@ -29,6 +29,12 @@ const (
 // than an outage: the server is answering others at the same time.
 const capacityWindow = time.Second
 
+// minRefusals is the fewest 503s without Retry-After within the last
+// second or two that, when they are most of the host's answers, make them
+// a capacity limit: a handful may be chance at any failure rate, while a
+// wave that overran a budget brings scores of them.
+const minRefusals = 16
+
 // Queue holds requests back while the server's word holds what they
 // target, and paces their release per budget. One Queue serves every
 // request of a retry handler; it is safe for concurrent use.
@@ -145,13 +151,9 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		}
 	}
 	if o == Unavailable {
-		// Others succeeding meanwhile make it a capacity limit.
-		if s.serving(back()) {
-			o = Throttled
-		} else {
-			o = Failed
-		}
+		o = Failed // not taken for a capacity limit by Refused
 	}
+	counted := false
 	if !s.active.Load() && !announces {
 		// The fast path of a host that was never throttled: no lock.
 		switch o {
@@ -159,6 +161,8 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 			s.seen.Store(p.Sent.Unix())
 			s.succeeded.Store(p.Sent.UnixNano())
 			s.wave.add(p.Sent)
+			s.served.add(p.Sent)
+			counted = true
 			if !s.active.Load() {
 				return
 			}
@@ -172,6 +176,9 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	s.seen.Store(now.Unix())
 	if o == Succeeded {
 		s.succeeded.Store(now.UnixNano())
+		if !counted {
+			s.served.add(p.Sent)
+		}
 	}
 	t := q.newTarget(req)
 	s.mu.Lock()
@@ -257,13 +264,32 @@ func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, no
 // hand, is best sent at once for the server to answer.
 var ErrHoldTooLong = errors.New("throttle: held past the request's limits")
 
-// Serving reports whether the host req names answered another request
-// without a throttle within the last second before now: a 503 without
-// Retry-After from it is then a capacity limit of its budget, a throttle,
-// not an outage. It takes no lock.
-func (q *Queue) Serving(req *http.Request, now time.Time) bool {
-	s := q.state(hostKey(req), false, time.Time{})
-	return s != nil && s.serving(now)
+// Refused records that the server answered req, sent as p, at now with a
+// 503 that names no Retry-After, and reports what the queue takes it
+// for: Throttled, a capacity limit of its budget, when the host answers
+// other requests meanwhile and either a budget paced p or refusals are
+// most of the host's recent answers (a client overrunning a budget sees
+// most of what it sends refused); Failed otherwise, an outage or a server
+// failing some requests at random, which says nothing of a pace. Report
+// then takes that outcome. It takes no lock.
+func (q *Queue) Refused(req *http.Request, p Pass, now time.Time) Outcome {
+	s := p.host
+	if s == nil {
+		if s = q.state(hostKey(req), false, time.Time{}); s == nil {
+			return Failed // it never answered a request
+		}
+	}
+	s.refused.add(now)
+	if !s.serving(now) {
+		return Failed
+	}
+	if p.budget != nil && p.budget.shared {
+		return Throttled
+	}
+	if r, a := s.refused.recent(now), s.served.recent(now); r >= minRefusals && r >= a {
+		return Throttled
+	}
+	return Failed
 }
 
 // Active reports whether the host req names was ever throttled (and not

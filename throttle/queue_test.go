@@ -412,3 +412,48 @@ func releases(t *testing.T, clk *clocktest.Clock, admits []<-chan admitted) []ti
 	}
 	return out
 }
+
+// TestQueueRefused checks how a 503 without Retry-After is read: a
+// capacity limit (a throttle) when the host serves others meanwhile and
+// refusals are most of its recent answers or a budget paced the request;
+// otherwise a failure that teaches no pace.
+func TestQueueRefused(t *testing.T) {
+	req := &http.Request{URL: &url.URL{Scheme: "https", Host: "graph.test", Path: "/v1.0/users/1"}}
+	tests := []struct {
+		name             string
+		served, refusals int
+		budget           bool
+		want             Outcome
+	}{
+		{"never answered", 0, 1, false, Failed},
+		{"a few among many served, as failures at random", 70, 30, false, Failed},
+		{"too few to tell", 1, 10, false, Failed},
+		{"most refused: an overrun budget", 40, 160, false, Throttled},
+		{"a budget paced it", 70, 1, true, Throttled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktest.New(t0)
+			q := New(clk, options.QueueOptions{})
+			for range tt.served {
+				q.Report(req, Pass{Sent: t0}, Succeeded, 0, nil, clk.Now)
+			}
+			var p Pass
+			if s := q.state("graph.test", false, time.Time{}); s != nil {
+				p.host = s
+				if tt.budget {
+					s.mu.Lock()
+					s.activate()
+					p.budget = s.node("", 0)
+					p.budget.share(t0, q.newPacer)
+					s.mu.Unlock()
+				}
+			}
+			var got Outcome
+			for range tt.refusals {
+				got = q.Refused(req, p, t0)
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
