@@ -63,10 +63,21 @@
 //     request its budget released slows the pace and holds only that
 //     request, which waits out its own Retry-After; an item's hold ends
 //     through its pace once the item turns out to be a budget.
+//     A budget carved in the first wave out of a wider one formed in the
+//     same wave takes the wave the wider one counted. A throttle met while
+//     the wait named by the throttle of the pacer's last decrease still
+//     runs is the same closure of the server's budget (a fixed window
+//     throttles whatever is sent until it opens): within it the pace falls
+//     once, to half, not once per throttle, so that it is there when the
+//     window opens.
 //  6. A throttle may name no wait: a bare 429 is a throttle. A 503 without
-//     Retry-After while the host answers other requests (capacityWindow)
-//     is a capacity limit, a throttle; a 503 for everything is an outage,
-//     which teaches no pace.
+//     Retry-After is read once, by [Queue.Refused]: a capacity limit, a
+//     throttle, when the host answers other requests (capacityWindow) and
+//     either a budget paced the request or refusals are most of its recent
+//     answers (at least minRefusals): a client that overran a budget sees
+//     most of what it sends refused. Otherwise it is an outage or a server
+//     failing some requests at random, which teaches no pace; the outage
+//     gate counts it as a failure.
 //  7. Announced budgets (RateLimit, RateLimit-Policy, x-ms-throttle-*) are
 //     hints checked against what happens: a budget announced as spent is
 //     the news a throttle brings, before it costs one, and the pacer learns
