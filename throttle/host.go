@@ -151,7 +151,7 @@ func (q *Queue) prune(s *hostState, now time.Time) {
 		keepNewest(m, q.maxTracked, func(e *entry) uint64 { return e.seq })
 	}
 	for k, n := range s.nodes {
-		if len(n.waiters) == 0 && n.inflight == 0 && !n.live(now, q.recovery) && !now.Before(n.dropped) &&
+		if len(n.waiters) == 0 && n.inflight == 0 && !n.live(now, q.recovery) &&
 			(len(n.marks) == 0 || !now.Before(n.marks[0].until)) {
 			delete(s.nodes, k)
 		}

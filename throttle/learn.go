@@ -120,12 +120,10 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 		// (a mailbox, a locked item, one collection's POSTs), whose
 		// throttles count for no node above it.
 		item := s.node(keys[d], d)
-		if !now.Before(item.dropped) {
-			item.seq = s.seq
-			q.share(s, item, now)
-			item.carved = true
-			return item
-		}
+		item.seq = s.seq
+		q.share(s, item, now)
+		item.carved = true
+		return item
 	}
 	until := now.Add(spreadWindow)
 	var found *node
@@ -134,7 +132,7 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 		n.seq = s.seq
 		n.throttles.add(now)
 		c := n.spread(keys[d+1], now, until)
-		if found == nil && !now.Before(n.dropped) && (n.paces(now, q.recovery) || c >= need(d) && n.overrun(&s.wave)) {
+		if found == nil && (n.paces(now, q.recovery) || c >= need(d) && n.overrun(&s.wave)) {
 			found = n
 		}
 	}
@@ -144,7 +142,7 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 		if item == nil && concurrent {
 			item = s.node(keys[d], d)
 		}
-		if item != nil && !now.Before(item.dropped) && (item.paces(now, q.recovery) || concurrent) {
+		if item != nil && (item.paces(now, q.recovery) || concurrent) {
 			item.seq = s.seq
 			found = item
 		}

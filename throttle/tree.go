@@ -30,7 +30,7 @@ const (
 	lockedStrikes = 2
 	// evenExpected is the throttles a child of a shared budget must have
 	// escaped, at the budget's throttle ratio, for the budget to be
-	// dropped: a shared budget throttles its requests alike, and the
+	// split: a shared budget throttles its requests alike, and the
 	// chance of escaping 5 expected throttles is e^-5 < 1 %.
 	evenExpected = 5
 	// minThrottleShare is the least share of a node's recent answers
@@ -64,7 +64,6 @@ type node struct {
 	// carved is set when the evidence cut it out of a wider budget: it
 	// paces its requests whatever the nodes above it do.
 	carved  bool
-	dropped time.Time // evidence said it is not one budget, until then
 	pacer   pacer
 	waiters waiterHeap
 	since   time.Time // when it became a budget
@@ -121,9 +120,9 @@ func (n *node) spread(child string, now, until time.Time) int {
 
 // live reports whether n paces its requests at now: a budget whose last
 // throttle ended less than recovery ago, or whose announced budget
-// speaks for it, and that no evidence dropped since.
+// speaks for it.
 func (n *node) live(now time.Time, recovery time.Duration) bool {
-	if !now.Before(n.dropped) && n.shared && now.Before(n.lastEnd.Add(recovery)) {
+	if n.shared && now.Before(n.lastEnd.Add(recovery)) {
 		return true
 	}
 	return n.budget.live(now, recovery)
@@ -131,7 +130,7 @@ func (n *node) live(now time.Time, recovery time.Duration) bool {
 
 // paces reports whether n's learned pacer paces its releases at now.
 func (n *node) paces(now time.Time, recovery time.Duration) bool {
-	return n.shared && !now.Before(n.dropped) && now.Before(n.lastEnd.Add(recovery))
+	return n.shared && now.Before(n.lastEnd.Add(recovery))
 }
 
 // share makes n the budget of its requests from now on.
@@ -145,14 +144,6 @@ func (n *node) share(now time.Time, newPacer func(time.Time) pacer) {
 		n.pacer.settle(c, start)
 	}
 	n.even = evenness{}
-}
-
-// drop ends n's hypothesis until until; its waiters look again.
-func (n *node) drop(until time.Time) {
-	n.shared, n.pacer, n.dropped = false, nil, until
-	n.marks = n.marks[:0]
-	n.even = evenness{}
-	n.waiters.wakeAll()
 }
 
 // tally is a child's traffic under a budget.

@@ -38,8 +38,7 @@ func TestSegmentsBelowRoot(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			q := New(clocktest.New(t0), options.QueueOptions{})
-			q = New(clocktest.New(t0), options.QueueOptions{Roots: tt.roots})
+			q := New(clocktest.New(t0), options.QueueOptions{Roots: tt.roots})
 			assert.Equal(t, tt.want, q.segments(tt.path))
 		})
 	}

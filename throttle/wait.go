@@ -158,7 +158,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 // now: no budget, no evidence, it knows nothing worth keeping, and kept it
 // would cost every later answer of the host.
 func (q *Queue) dropIdle(s *hostState, n *node, now time.Time) {
-	if len(n.waiters) == 0 && n.inflight == 0 && !n.shared && len(n.marks) == 0 && !now.Before(n.dropped) &&
+	if len(n.waiters) == 0 && n.inflight == 0 && !n.shared && len(n.marks) == 0 &&
 		!n.budget.live(now, q.recovery) && s.nodes[n.key] == n {
 		delete(s.nodes, n.key)
 	}
