@@ -146,6 +146,9 @@ func (o *RetryHandlerOptions) Validate() error {
 			return invalid("RetryHandlerOptions", "Queue.Roots", fmt.Sprintf("%q", root), "must be a path below \"/\", starting with \"/\"")
 		}
 	}
+	if o.Queue.Store != nil && isNil(o.Queue.Store) {
+		return invalid("RetryHandlerOptions", "Queue.Store", fmt.Sprintf("%T(nil)", o.Queue.Store), "is a nil value (leave Store nil to keep the queue's state in this process)")
+	}
 	for _, code := range o.StatusCodes {
 		if code < 100 || code > 999 {
 			return invalid("RetryHandlerOptions", "StatusCodes", code, "is not an HTTP status code")
@@ -224,6 +227,12 @@ type QueueOptions struct {
 	// package observability). nil: the handler's MeterProvider.
 	// Handler-wide: ignored on per-request options.
 	MeterProvider metric.MeterProvider
+	// Store shares what the queue learns with the other processes of a
+	// fleet: the holds servers named, the hosts throttled, each budget's
+	// pace and a fleet-wide release schedule (module redisstore implements
+	// it on Redis; docs/fleet.md). nil: the queue keeps its state in this
+	// process only. Handler-wide: ignored on per-request options.
+	Store Store
 }
 
 // BatchOptions configures the completion of JSON batches: a POST to

@@ -25,8 +25,12 @@ import (
 // time (Unix ns), before it exits.
 const fleetChildEnv = "REDISSTORE_FLEET_CHILD"
 
-// fleetPace is the budget the fleet shares: 200 requests/s, 10 at once.
-var fleetPace = Pace{Rate: 200, Burst: 10}
+// fleetPace is the budget the fleet shares: 200 requests/s, 8 at once,
+// given as four equal shares by the four processes.
+var (
+	fleetPace  = Pace{Rate: 200, Burst: 8}
+	fleetShare = Pace{Rate: 50, Burst: 2}
+)
 
 // fleetChild runs one process of the fleet and returns its exit code.
 func fleetChild(spec string) int {
@@ -53,7 +57,7 @@ func fleetChild(spec string) int {
 	defer out.Flush()
 	fmt.Fprintln(out, time.Now().UnixNano())
 	for range n {
-		wait, ok, err := s.Reserve(ctx, "graph.microsoft.com", "users", fleetPace, time.Minute)
+		wait, ok, err := s.Reserve(ctx, "graph.microsoft.com", "users", fleetShare, time.Minute)
 		if err != nil || !ok {
 			fmt.Fprintln(os.Stderr, "reserve:", ok, err)
 			return 1

@@ -28,5 +28,9 @@ func (k keys) announced(host string) string { return k.base + "ann:" + host }
 // schedule is a string: the budget's theoretical arrival time (µs, Redis clock).
 func (k keys) schedule(host, budget string) string { return k.base + "gcra:" + host + "/" + budget }
 
+// shares is a hash: process token -> "rate burst at" (at in µs, Redis clock),
+// the paces the processes reserving on a budget gave.
+func (k keys) shares(host, budget string) string { return k.base + "share:" + host + "/" + budget }
+
 // slots is a sorted set: slot token -> lease until (ms, Redis clock).
 func (k keys) slots(host, key string) string { return k.base + "sem:" + host + "/" + key }

@@ -60,7 +60,8 @@ func TestReserveBeyondMaxTakesNothing(t *testing.T) {
 }
 
 // Processes whose clocks disagree by seconds share one schedule: each slot
-// is one interval after the previous, whoever takes it.
+// is one interval (at the sum of their paces) after the previous, whoever
+// takes it.
 func TestReserveAcrossSkewedClocks(t *testing.T) {
 	ctx := context.Background()
 	stores := []*Store{
@@ -68,14 +69,49 @@ func TestReserveAcrossSkewedClocks(t *testing.T) {
 		newStore(t, shared, WithClock(skewed(-skew))),
 		newStore(t, shared),
 	}
-	p := Pace{Rate: 20, Burst: 1}
-	first := time.Now()
+	p := Pace{Rate: 20.0 / 3, Burst: 1} // 20/s, one at a time, for the three
+	for _, s := range stores {
+		// Each process gives its pace first: the schedule then runs at the sum.
+		_, ok, err := s.Reserve(ctx, "h", "b", p, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	var w0 time.Duration
+	var first time.Time
 	for i := range 9 {
 		w, ok, err := stores[i%len(stores)].Reserve(ctx, "h", "b", p, time.Minute)
 		require.NoError(t, err)
 		require.True(t, ok)
-		assertSlot(t, time.Duration(i)*50*time.Millisecond, w, first, "slot %d", i)
+		if i == 0 {
+			w0, first = w, time.Now()
+			continue
+		}
+		assertSlot(t, w0+time.Duration(i)*50*time.Millisecond, w, first, "slot %d", i)
 	}
+}
+
+// The schedule runs at the sum of the paces the processes reserving on it
+// gave; the pace one process releases at is published for State.
+func TestReserveSumsTheProcessesPaces(t *testing.T) {
+	ctx := context.Background()
+	a := newStore(t, shared)
+	b := newStore(t, shared, WithPrefix(a.cfg.prefix))
+	_, ok, err := a.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, ok, err = b.Reserve(ctx, "h", "b", Pace{Rate: 30, Burst: 3}, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	// Now at 40/s: each slot 25 ms after the previous.
+	w1, _, err := a.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
+	require.NoError(t, err)
+	first := time.Now()
+	w2, _, err := b.Reserve(ctx, "h", "b", Pace{Rate: 30, Burst: 3}, time.Minute)
+	require.NoError(t, err)
+	assertSlot(t, w1+25*time.Millisecond, w2, first)
+	st, err := a.State(ctx, "h")
+	require.NoError(t, err)
+	assert.Equal(t, Pace{Rate: 20, Burst: 2}, st.Paces["b"], "one process's pace: the fleet's over two")
 }
 
 func TestReserveRejectsBadPace(t *testing.T) {

@@ -131,26 +131,54 @@ return 1
 
 // reserveScript is one budget's fleet-wide release schedule, a generic cell
 // rate algorithm (GCRA) kept as one number, the theoretical arrival time
-// (TAT) of the next request. Each reservation moves it one interval (1/rate)
-// on from max(TAT, now); a request may go burst intervals before its TAT.
-// A reservation that would wait longer than the caller can is not made, so
+// (TAT) of the next request. Each reservation moves it one interval on from
+// max(TAT, now); a request may go burst intervals before its TAT. A
+// reservation that would wait longer than the caller can is not made, so
 // that a caller who gives up leaves no hole in the schedule.
 //
-//	KEYS[1] schedule   ARGV[1] interval (µs)   ARGV[2] burst   ARGV[3] max wait (µs)
+// The interval is 1/(the sum of the rates of the processes that reserved
+// on the budget within ARGV[6]): each reservation records its process's
+// rate and burst, with Redis's time, in KEYS[2]; entries older than that
+// are dropped. The fleet's rate, the burst summed likewise, is what its
+// processes learned together. The pace one process releases at (the sum
+// over the number of processes) is published in KEYS[3], field ARGV[7],
+// for processes that join later (State).
 //
-// Returns {reserved (0 or 1), wait (µs)}.
+//	KEYS[1] schedule   ARGV[1] rate (per s)     ARGV[2] burst   ARGV[3] max wait (µs)
+//	KEYS[2] shares     ARGV[4] process token   ARGV[5] pace expiry (ms)
+//	KEYS[3] paces      ARGV[6] share window (µs)  ARGV[7] budget
+//
+// Returns {reserved (0 or 1), wait (µs), fleet rate (milli-requests per s)}.
 var reserveScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[1])
+local window = tonumber(ARGV[6])
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. string.format('%.0f', now))
+redis.call('PEXPIRE', KEYS[2], math.ceil(window / 1000) + 1)
+local rate, burst, n = 0, 0, 0
+local all = redis.call('HGETALL', KEYS[2])
+for i = 1, #all, 2 do
+  local r, b, at = string.match(all[i + 1], '^(%S+) (%d+) (%d+)$')
+  if r and tonumber(at) > now - window then
+    rate = rate + tonumber(r)
+    burst = burst + tonumber(b)
+    n = n + 1
+  else
+    redis.call('HDEL', KEYS[2], all[i])
+  end
+end
+redis.call('HSET', KEYS[3], ARGV[7], string.format('%.6g %d', rate / n, math.max(1, math.floor(burst / n))))
+redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[5]))
+local interval = math.max(1, math.floor(1000000 / rate))
 local tat = tonumber(redis.call('GET', KEYS[1]))
 if not tat or tat < now then tat = now end
 tat = tat + interval
-local wait = math.ceil(tat - tonumber(ARGV[2]) * interval - now)
+local wait = math.ceil(tat - burst * interval - now)
 if wait < 0 then wait = 0 end
-if wait > tonumber(ARGV[3]) then return {0, wait} end
+local fleet = math.floor(rate * 1000)
+if wait > tonumber(ARGV[3]) then return {0, wait, fleet} end
 redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
-return {1, wait}
+return {1, wait, fleet}
 `)
 
 // acquireScript takes one of ARGV[2] slots of a fleet-wide semaphore, or

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
 // maxHoldsPerHost bounds the holds kept for one host (R25). Graph names a
@@ -15,13 +17,11 @@ import (
 const maxHoldsPerHost = 1024
 
 // A Pace is a budget's learned pace: requests per second, and how many may
-// go at once after a quiet spell.
-type Pace struct {
-	Rate  float64
-	Burst int
-}
+// go at once after a quiet spell. It is the throttle queue's own type, so
+// that a Store is an options.Store.
+type Pace = options.Pace
 
-func (p Pace) validate() error {
+func validatePace(p Pace) error {
 	if !(p.Rate > 0) || math.IsInf(p.Rate, 1) {
 		return fmt.Errorf("rate %v: want a finite rate > 0", p.Rate)
 	}
@@ -33,17 +33,15 @@ func (p Pace) validate() error {
 
 // An Announcement is what a server said is left of a budget in its
 // rate-limit headers, and when the budget resets.
-type Announcement struct {
-	Remaining int
-	Reset     time.Time
-}
+type Announcement = options.Announcement
 
-// HostState is what the fleet knows of one host, on the reader's clock.
-type HostState struct {
-	Holds     map[string]time.Time    // target key -> held until
-	Paces     map[string]Pace         // budget -> pace
-	Announced map[string]Announcement // budget -> what the server announced
-}
+// HostState is what the fleet knows of one host, on the reader's clock:
+// target key -> held until, budget -> pace, budget -> what the server
+// announced.
+type HostState = options.FleetState
+
+// The store is the throttle queue's fleet store.
+var _ options.Store = (*Store)(nil)
 
 // SetHold records that the server holds target key of host until until
 // (on this process's clock: Redis keeps the duration from its own now) and
@@ -111,7 +109,7 @@ func (s *Store) parseState(host string, r []interface{}) (HostState, error) {
 // that the others, and processes joining later, pace by it. The last
 // writer wins; the pace expires PaceFor after its last update.
 func (s *Store) SetPace(ctx context.Context, host, budget string, p Pace) error {
-	if err := p.validate(); err != nil {
+	if err := validatePace(p); err != nil {
 		return fmt.Errorf("redisstore: pace of %s/%s: %w", host, budget, err)
 	}
 	k := s.keys.pace(host)
@@ -141,7 +139,7 @@ func parsePace(v string) (Pace, bool) {
 	rate, err1 := strconv.ParseFloat(r, 64)
 	burst, err2 := strconv.Atoi(b)
 	p := Pace{Rate: rate, Burst: burst}
-	return p, err1 == nil && err2 == nil && p.validate() == nil
+	return p, err1 == nil && err2 == nil && validatePace(p) == nil
 }
 
 // Announce shares what the server announced of a budget of host: how many

@@ -28,6 +28,8 @@ type Store struct {
 	cfg  config
 	keys keys
 	in   instruments
+	// token names this process's entry in each budget's shares.
+	token string
 
 	// direct is true when the client ends a command at its context's
 	// deadline (ContextTimeoutEnabled); otherwise each call runs detached
@@ -69,6 +71,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
 		rdb:       rdb,
 		cfg:       cfg,
 		keys:      newKeys(cfg.prefix),
+		token:     newToken(),
 		in:        newInstruments(cfg.meterProvider),
 		direct:    honoursContext(rdb),
 		listening: make(chan struct{}),

@@ -1,0 +1,70 @@
+package options
+
+import (
+	"context"
+	"time"
+)
+
+// Store shares the throttle queue's state among the processes of a fleet
+// that spend the same budgets (R29): module redisstore implements it on
+// Redis. The queue calls it only for hosts some process saw throttled, and
+// never with a lock held. Every method that reaches the store is bounded by
+// the store's own timeout and the caller's context; an error means the
+// store could not answer, and the queue goes on with its local state (it
+// fails open). docs/fleet.md gives the model.
+type Store interface {
+	// Active reports whether some process of the fleet saw host throttled
+	// lately. It is called on every request to a host this process has no
+	// throttle state for, so it must answer from memory: no round trip, no
+	// lock, no allocation.
+	Active(host string) bool
+	// MarkActive records that host answered a throttle that named no hold,
+	// so that every process learns the host is throttled.
+	MarkActive(ctx context.Context, host string) error
+	// SetHold records that the server holds target key of host until until
+	// (on this process's clock), and that host is throttled.
+	SetHold(ctx context.Context, host, key string, until time.Time) error
+	// State reads what the fleet knows of host: the holds not yet over and,
+	// per budget, the pace one process of the fleet releases at.
+	State(ctx context.Context, host string) (FleetState, error)
+	// Reserve takes the next slot of budget's fleet-wide release schedule
+	// and reports how long the caller waits for it. p is this process's
+	// pace; the schedule runs at the sum of the paces of the processes that
+	// reserved on the budget lately, so that the fleet releases at what its
+	// processes learned together and their releases interleave instead of
+	// bunching. A slot further than max is not taken: ok is false.
+	Reserve(ctx context.Context, host, budget string, p Pace, max time.Duration) (wait time.Duration, ok bool, err error)
+}
+
+// Pace is a budget's pace: requests per second, and how many may go at once
+// after a quiet spell.
+type Pace struct {
+	Rate  float64
+	Burst int
+}
+
+// Announcement is what a server said is left of a budget in its rate-limit
+// headers, and when the budget resets.
+type Announcement struct {
+	Remaining int
+	Reset     time.Time
+}
+
+// FleetState is what the fleet knows of one host, on the reader's clock.
+type FleetState struct {
+	// Holds maps a target key to the time the server holds it until. A
+	// key is "url:" followed by a URL's path and query, or "path:"
+	// followed by a path.
+	Holds map[string]time.Time
+	// Paces maps a budget (the queue's node key: "" for the host, an API,
+	// a prefix, a path) to the pace one process releases it at.
+	Paces map[string]Pace
+	// Announced maps a budget to what the server announced of it.
+	Announced map[string]Announcement
+}
+
+// Keys of FleetState.Holds: a hold of an exact URL, or of a path.
+const (
+	HoldURLPrefix  = "url:"
+	HoldPathPrefix = "path:"
+)
