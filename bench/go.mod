@@ -9,9 +9,15 @@ require (
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/kiota-resilience/kiota-resilience-go v0.0.0-00010101000000-000000000000
 	github.com/microsoft/kiota-http-go v1.5.4
+	github.com/redis/go-redis/v9 v9.0.3
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	gonum.org/v1/plot v0.17.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.2.0 // indirect
+	github.com/dgryski/go-rendezvous v0.0.0-20200823014737-9f7001d12a5f // indirect
 )
 
 require (
@@ -27,6 +33,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
+	github.com/kiota-resilience/kiota-resilience-go/redisstore v0.0.0-00010101000000-000000000000
 	github.com/microsoft/kiota-abstractions-go v1.9.3 // indirect
 	github.com/std-uritemplate/std-uritemplate/go/v2 v2.0.3 // indirect
 	go.opentelemetry.io/auto/sdk v1.1.0 // indirect
@@ -37,3 +44,5 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 )
+
+replace github.com/kiota-resilience/kiota-resilience-go/redisstore => ../redisstore

@@ -42,6 +42,13 @@ func main() {
 	// retries run out), once per request; the body it drops is counted as
 	// leaked instead of flooding the progress lines.
 	log.SetOutput(io.Discard)
+	if len(os.Args) > 1 && os.Args[1] == "-fleet-worker" {
+		// One process of the fleet bench, started by the bench itself.
+		if err := fleetWorker(os.Args[2:]); err != nil {
+			progress.Fatal(err)
+		}
+		return
+	}
 	if err := mainErr(os.Args[1:]); err != nil {
 		progress.Fatal(err)
 	}
@@ -72,12 +79,22 @@ func mainErr(args []string) error {
 	fullList := fs.String("full-clients", "ours,kiota", "comma-separated clients that run every workload; the others run only -peer-workload")
 	peerWorkload := fs.String("peer-workload", "user/n", "the one workload the clients not in -full-clients run")
 	verify := fs.Bool("verify", false, "check throttletest's models of nginx limit_req and HAProxy's stick table against the real ones, and exit")
+	fleet := fs.String("fleet", "", "comma-separated rows of the fleet bench (OS processes sharing one Redis), or all: "+
+		keys(fleetRows, func(r fleetRow) string { return r.key })+"; runs them instead of the scenarios, with -n 4000 unless -n is given")
 	out := fs.String("out", "", "directory to write RESULTS.md and throughput.png into; empty: stdout only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := p.validate(); err != nil {
 		return err
+	}
+	if *fleet != "" {
+		nSet := false
+		fs.Visit(func(f *flag.Flag) { nSet = nSet || f.Name == "n" })
+		if !nSet {
+			p.n = 4000
+		}
+		return fleetMain(*fleet, *out, p, args)
 	}
 	if *verify {
 		if err := realproxy.Installed(); err != nil {

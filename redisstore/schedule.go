@@ -8,11 +8,13 @@ import (
 )
 
 // ShareWindow is how recently a process must have reserved on a budget for
-// its pace to count in the budget's fleet-wide rate: a process paced by a
-// budget reserves for every request it releases, many times a second, and
-// one whose requests all wait out a Retry-After (3 s is common) still
-// counts when they come back, while one that left stops counting soon.
-const ShareWindow = 3 * time.Second
+// its pace to count in the budget's fleet-wide rate. The sum is what the
+// fleet learned of the server's budget, which does not shrink when a
+// process's requests all wait out a Retry-After or its work runs out first:
+// the processes still sending then use the whole of it. It is the throttle
+// queue's recovery window, as long as a budget stays paced after its last
+// throttle.
+const ShareWindow = 10 * time.Second
 
 // Reserve takes the next slot of a budget's fleet-wide release schedule, in
 // one round trip, and reports how long the caller must wait before it

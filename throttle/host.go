@@ -25,6 +25,8 @@ type hostState struct {
 	// served and refused count, by the second, the successes and the 503s
 	// without Retry-After, for Refused to tell a capacity limit.
 	served, refused waveCount
+	// fleet is what the queue exchanged with its store about the host.
+	fleet fleetHost
 
 	mu sync.Mutex
 	// forgotten is set, under mu, when sweep drops the host: an answer to

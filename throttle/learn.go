@@ -44,12 +44,13 @@ func (s *hostState) held(t *target) time.Time {
 	return until
 }
 
-// throttled records that the server throttled t, sent as p, until end.
+// throttled records that the server throttled t, sent as p, until end, and
+// returns the budget it counts against, nil when it is the item's own.
 // The throttle goes to the budget the evidence places it in, whose pacer
 // slows down; it then holds only its own request, which waits out its
 // Retry-After. Without a budget it is the item's own: the server's word
 // holds its URL and path until end, and nothing else is held or paced.
-func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) {
+func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *node {
 	s.seq++
 	s.lastEnd = later(s.lastEnd, end)
 	item := s.paths[t.path]
@@ -86,7 +87,7 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) {
 		if w := s.nodes[keys[len(keys)-1]]; w != nil {
 			w.waiters.kick()
 		}
-		return
+		return nil
 	}
 	// Its budget's pacer governs it now: what held the item alone ends
 	// through that pace.
@@ -103,6 +104,7 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) {
 	q.judge(s, n, keys, now)
 	q.prune(s, now)
 	n.waiters.kick()
+	return n
 }
 
 // attribute returns the budget a throttle of t counts against: the widest node whose distinct throttled targets within

@@ -46,13 +46,15 @@ type Queue struct {
 	newPacer   func(now time.Time) pacer
 	hosts      sync.Map // host → *hostState
 	swept      atomic.Int64
+	// store shares the queue's state with a fleet (store.go); nil: none.
+	store options.Store
 }
 
 // New returns a Queue configured by o, whose zero fields take their
 // defaults, reading time from clock. Its gauges report through
 // o.MeterProvider, or the global provider when that is nil.
 func New(clock options.Clock, o options.QueueOptions) *Queue {
-	q := &Queue{clock: clock, recovery: o.Recovery, maxTracked: o.MaxTracked}
+	q := &Queue{clock: clock, recovery: o.Recovery, maxTracked: o.MaxTracked, store: o.Store}
 	if q.recovery == 0 {
 		q.recovery = defaultRecovery
 	}
@@ -116,12 +118,24 @@ const (
 // the queue's clock) is not made: Admit returns a *HoldError (ErrHoldTooLong) at once, saying until when,
 // and the caller decides. Admit returns the context's error if it ends
 // first. obs, when not nil, hears when the request is held and released.
-// A request to a host that was never throttled takes no lock.
+// A request to a host that was never throttled, here or (with a store)
+// anywhere in the fleet, takes no lock and makes no round trip.
 func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadline time.Time, obs Observer) (Pass, error) {
-	s := q.state(hostKey(req), false, time.Time{})
+	host := hostKey(req)
+	s := q.state(host, false, time.Time{})
 	if s == nil || !s.active.Load() {
-		err := wait.Until(ctx, q.clock, notBefore)
-		return Pass{Sent: later(q.clock.Now(), notBefore), host: s}, err
+		// Another process's throttle of the host: what the fleet knows
+		// of it becomes this process's, once.
+		if !q.fleetActive(host) {
+			err := wait.Until(ctx, q.clock, notBefore)
+			return Pass{Sent: later(q.clock.Now(), notBefore), host: s}, err
+		}
+		if j := q.join(ctx, host); j != nil {
+			s = j
+		} else {
+			err := wait.Until(ctx, q.clock, notBefore)
+			return Pass{Sent: later(q.clock.Now(), notBefore), host: s}, err
+		}
 	}
 	p, err := q.acquire(ctx, s, q.newTarget(req), notBefore, deadline, obs)
 	p.Sent, p.host = q.clock.Now(), s
@@ -181,6 +195,10 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		}
 	}
 	t := q.newTarget(req)
+	// What the answer tells the fleet goes once the lock is released: this
+	// defer runs after the unlock's.
+	note := fleetNote{host: t.host}
+	defer q.tell(&note)
 	s.mu.Lock()
 	if s.forgotten {
 		// Swept while the attempt was out: what it reports goes to the
@@ -207,7 +225,10 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		if end.Before(now) { // saturated
 			end = time.Unix(1<<62, 0)
 		}
-		q.throttled(s, t, p, now, end)
+		note.s, note.throttled = s, true
+		if q.throttled(s, t, p, now, end) == nil && hold > 0 {
+			note.hold, note.until = t.path, end
+		}
 	case Succeeded:
 		q.succeeded(s, t, p, now)
 	}
@@ -293,8 +314,10 @@ func (q *Queue) Refused(req *http.Request, p Pass, now time.Time) Outcome {
 }
 
 // Active reports whether the host req names was ever throttled (and not
-// since forgotten): only then may Admit hold its attempts.
+// since forgotten), here or, with a store, anywhere in the fleet: only then
+// may Admit hold its attempts. It makes no round trip.
 func (q *Queue) Active(req *http.Request) bool {
-	s := q.state(hostKey(req), false, time.Time{})
-	return s != nil && s.active.Load()
+	host := hostKey(req)
+	s := q.state(host, false, time.Time{})
+	return s != nil && s.active.Load() || q.fleetActive(host)
 }

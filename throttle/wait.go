@@ -109,6 +109,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			if !at.After(now) {
 				n.waiters.remove(w)
 				var p Pass
+				share, follows := q.fleetShare(n, now)
 				if n.live(now, q.recovery) {
 					p.budget = n
 					n.inflight++
@@ -118,6 +119,13 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				}
 				q.dropIdle(s, n, now)
 				s.mu.Unlock()
+				if follows {
+					// Its slot in the fleet's schedule, so that the
+					// processes' releases interleave.
+					if err := q.follow(ctx, t.host, s, n, share, now, deadline); err != nil {
+						return Pass{}, err
+					}
+				}
 				return p, nil
 			}
 			s.mu.Unlock()

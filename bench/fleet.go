@@ -1,0 +1,378 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/kiota-resilience/kiota-resilience-go/bench/internal/redisserver"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+	"github.com/kiota-resilience/kiota-resilience-go/redisstore"
+	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
+)
+
+// The fleet bench runs the workload of scenario retry-after-3 (one token
+// bucket, 429s naming Retry-After: 3) from several OS processes at once,
+// each with its own retry handler and an equal share of the requests and
+// workers, sharing one redis-server through redisstore or not. The bench
+// re-executes itself as each process (-fleet-worker).
+
+// fleetRow is one configuration of the fleet bench.
+type fleetRow struct {
+	key   string
+	title string
+	procs int
+	store bool
+	// join is how long after the previous process each process starts.
+	join time.Duration
+	// kill, when set, kills Redis that long into the run and restarts it
+	// empty restartAfter later.
+	kill, restartAfter time.Duration
+}
+
+var fleetRows = []fleetRow{
+	{key: "1", title: "1 process", procs: 1},
+	{key: "4", title: "4 processes, store", procs: 4, store: true},
+	{key: "8", title: "8 processes, store", procs: 8, store: true},
+	{key: "16", title: "16 processes, store", procs: 16, store: true},
+	{key: "20", title: "20 processes, store", procs: 20, store: true},
+	{key: "8-nostore", title: "8 processes, no store", procs: 8},
+	{key: "8-join", title: "8 processes joining 1 s apart, store", procs: 8, store: true, join: time.Second},
+	{key: "8-kill", title: "8 processes, store; Redis killed at 2 s, restarted empty at 5 s", procs: 8, store: true,
+		kill: 2 * time.Second, restartAfter: 3 * time.Second},
+}
+
+// fleetResult is what one row's fleet did.
+type fleetResult struct {
+	row                        fleetRow
+	n                          int
+	succeeded, failed, errored int
+	attempts, throttled, early int
+	leaked, goroutines         int64
+	wall, limit                time.Duration
+	firstErr                   string
+}
+
+func (r fleetResult) overLimit() float64 { return r.wall.Seconds() / r.limit.Seconds() }
+func (r fleetResult) attemptsPerRequest() float64 {
+	return float64(r.attempts) / float64(r.n)
+}
+
+// workerReport is what a worker process prints when it is done.
+type workerReport struct {
+	Succeeded, Failed, Errored int
+	Leaked, Goroutines         int64
+	FirstErr                   string
+}
+
+// runFleet runs the rows named in list (comma-separated keys, or "all")
+// and writes their table to w.
+func runFleet(w io.Writer, list string, p params) ([]fleetResult, error) {
+	rows, err := pick(list, fleetRows, func(r fleetRow) string { return r.key })
+	if err != nil {
+		return nil, fmt.Errorf("-fleet: %w", err)
+	}
+	needRedis := false
+	for _, r := range rows {
+		needRedis = needRedis || r.store
+	}
+	var rs *redisserver.Server
+	if needRedis {
+		dir, err := os.MkdirTemp("", "bench-fleet-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		if rs, err = redisserver.Start(dir); err != nil {
+			return nil, err
+		}
+		defer rs.Kill()
+	}
+	var results []fleetResult
+	for i, row := range rows {
+		progress.Printf("fleet: %s ...", row.title)
+		r, err := runFleetRow(row, p, rs, fmt.Sprintf("bench-%d-%d", os.Getpid(), i))
+		if err != nil {
+			return results, fmt.Errorf("fleet row %s: %w", row.key, err)
+		}
+		progress.Printf("fleet: %s: ok=%d failed=%d errors=%d attempts/req=%.3f 429s=%d wall=%s (%.2fx)",
+			row.title, r.succeeded, r.failed, r.errored, r.attemptsPerRequest(), r.throttled, secs(r.wall), r.overLimit())
+		results = append(results, r)
+	}
+	writeFleetTable(w, results, p)
+	return results, nil
+}
+
+// runFleetRow starts row.procs worker processes against a fresh throttling
+// server, lets them go (row.join apart), and sums what they did.
+func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) (fleetResult, error) {
+	res := fleetResult{row: row, n: p.n, limit: perSecond(p.n, p.rate)}
+	srv := throttletest.NewServer(fleetConfig(p))
+	defer srv.Close()
+	if rs != nil && row.store {
+		if err := rs.Restart(); err != nil { // empty, whatever the last row left
+			return res, err
+		}
+	}
+	type proc struct {
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+		out   *bufio.Reader
+	}
+	var procs []proc
+	defer func() {
+		for _, pr := range procs {
+			_ = pr.cmd.Process.Kill()
+			_ = pr.cmd.Wait()
+		}
+	}()
+	for k := range row.procs {
+		from, to := k*p.n/row.procs, (k+1)*p.n/row.procs
+		c := (k+1)*p.c/row.procs - k*p.c/row.procs
+		args := []string{"-fleet-worker", "-url", srv.URL, "-from", fmt.Sprint(from), "-n", fmt.Sprint(to - from),
+			"-c", fmt.Sprint(c), "-timeout", p.reqTimeout.String()}
+		if row.store {
+			args = append(args, "-redis", rs.Addr(), "-prefix", prefix)
+		}
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return res, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return res, err
+		}
+		if err := cmd.Start(); err != nil {
+			return res, fmt.Errorf("start worker %d: %w", k, err)
+		}
+		pr := proc{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+		procs = append(procs, pr)
+		// A worker says ready once its handler (and store) is built, so
+		// that process start-up is not counted as wall time.
+		if line, err := pr.out.ReadString('\n'); err != nil || strings.TrimSpace(line) != "ready" {
+			return res, fmt.Errorf("worker %d did not get ready: %q %v", k, line, err)
+		}
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	reports := make([]workerReport, len(procs))
+	errs := make([]error, len(procs))
+	var last atomic.Int64
+	for k, pr := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Until(start.Add(time.Duration(k) * row.join)))
+			if _, err := io.WriteString(pr.stdin, "go\n"); err != nil {
+				errs[k] = err
+				return
+			}
+			line, err := pr.out.ReadString('\n')
+			end := time.Since(start)
+			for {
+				l := last.Load()
+				if int64(end) <= l || last.CompareAndSwap(l, int64(end)) {
+					break
+				}
+			}
+			if err != nil {
+				errs[k] = fmt.Errorf("worker %d: %w", k, err)
+				return
+			}
+			errs[k] = json.Unmarshal([]byte(line), &reports[k])
+		}()
+	}
+	if row.kill > 0 && rs != nil {
+		time.Sleep(time.Until(start.Add(row.kill)))
+		rs.Kill()
+		progress.Printf("fleet: %s: Redis killed", row.title)
+		time.Sleep(row.restartAfter)
+		if err := rs.Restart(); err != nil {
+			return res, err
+		}
+		progress.Printf("fleet: %s: Redis restarted empty", row.title)
+	}
+	wg.Wait()
+	res.wall = time.Duration(last.Load())
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	for _, r := range reports {
+		res.succeeded += r.Succeeded
+		res.failed += r.Failed
+		res.errored += r.Errored
+		res.leaked += r.Leaked
+		res.goroutines += r.Goroutines
+		if res.firstErr == "" {
+			res.firstErr = r.FirstErr
+		}
+	}
+	st := srv.Stats()
+	res.attempts, res.throttled, res.early = st.Attempts, st.Throttled, st.Early
+	return res, nil
+}
+
+// fleetConfig is scenario retry-after-3's server.
+func fleetConfig(p params) throttletest.Config {
+	return throttletest.Config{Rules: []throttletest.Rule{{
+		Name: "bucket", Match: everything,
+		Limiter:    throttletest.BucketLimiter(throttletest.Bucket{Rate: p.rate, Burst: p.burst}),
+		RetryAfter: orPanic(throttletest.FixedRetryAfter(3)),
+	}}}
+}
+
+// fleetWorker is one process of the fleet: it builds its handler, says
+// ready, waits for "go" on stdin, sends requests [from, from+n) from c
+// workers and prints a workerReport.
+func fleetWorker(args []string) error {
+	fs := flag.NewFlagSet("fleet-worker", flag.ContinueOnError)
+	url := fs.String("url", "", "the throttling server")
+	from := fs.Int("from", 0, "first request index")
+	n := fs.Int("n", 0, "requests")
+	c := fs.Int("c", 1, "workers")
+	addr := fs.String("redis", "", "Redis address; empty: no store")
+	prefix := fs.String("prefix", redisstore.DefaultPrefix, "the store's key prefix")
+	timeout := fs.Duration("timeout", time.Minute, "cap on one request")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	// go-redis logs each connection a killed Redis breaks.
+	redis.SetLogger(quietRedis{})
+	base := newBaseTransport(*c)
+	counting := &countingTransport{base: base}
+	var (
+		opts  options.RetryHandlerOptions
+		rdb   *redis.Client
+		store *redisstore.Store
+	)
+	if *addr != "" {
+		rdb = redis.NewClient(&redis.Options{Addr: *addr})
+		var err error
+		if store, err = redisstore.New(rdb, redisstore.WithPrefix(*prefix)); err != nil {
+			return err
+		}
+		opts.Queue.Store = store
+	}
+	hc, err := ours(counting, opts)
+	if err != nil {
+		return err
+	}
+	before := runtime.NumGoroutine()
+	fmt.Println("ready")
+	if line, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil || strings.TrimSpace(line) != "go" {
+		return fmt.Errorf("waiting for go: %q %v", line, err)
+	}
+	ctx := context.Background()
+	var rep workerReport
+	var mu sync.Mutex
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	target := func(i int) (string, bool) { return item(*url, http.MethodGet, "users", i), true }
+	for range *c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= *n {
+					return
+				}
+				o := send(ctx, hc, target, http.MethodGet, *from+i, start, *timeout)
+				mu.Lock()
+				switch {
+				case o.err != nil:
+					rep.Errored++
+					if rep.FirstErr == "" {
+						rep.FirstErr = o.err.Error()
+					}
+				case o.status >= 200 && o.status < 300:
+					rep.Succeeded++
+				default:
+					rep.Failed++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	base.CloseIdleConnections()
+	rep.Leaked = counting.leaked()
+	rep.Goroutines = int64(max(settle(before)-before, 0))
+	if store != nil {
+		_ = store.Close()
+		_ = rdb.Close()
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(b))
+	return nil
+}
+
+// quietRedis discards go-redis's log.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...interface{}) {}
+
+// writeFleetTable writes the fleet rows as one markdown table.
+func writeFleetTable(w io.Writer, rs []fleetResult, p params) {
+	fmt.Fprintf(w, "\n### Fleet: %d GETs from %d workers shared by the processes, one token bucket %g/s burst %d, `Retry-After: 3`\n\n",
+		p.n, p.c, p.rate, p.burst)
+	fmt.Fprintf(w, "Physical limit: %s. Each process has its own `middleware.NewRetryHandler` (default options; with the store, `Queue: options.QueueOptions{Store: store}` on `redisstore.New`).\n\n",
+		secs(perSecond(p.n, p.rate)))
+	fmt.Fprintln(w, "| fleet | wall over the physical limit | vs 1 process | attempts/req | vs 1 process | 429s | lost (failed + errors) | leaked bodies | leaked goroutines |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+	var one *fleetResult
+	for i := range rs {
+		if rs[i].row.key == "1" {
+			one = &rs[i]
+		}
+	}
+	for _, r := range rs {
+		vsWall, vsAtt := "", ""
+		if one != nil {
+			vsWall = fmt.Sprintf("%.2fx", r.wall.Seconds()/one.wall.Seconds())
+			vsAtt = fmt.Sprintf("%+.3f", r.attemptsPerRequest()-one.attemptsPerRequest())
+		}
+		fmt.Fprintf(w, "| %s | %.2fx | %s | %.3f | %s | %d | %d | %d | %d |\n", r.row.title, r.overLimit(), vsWall,
+			r.attemptsPerRequest(), vsAtt, r.throttled, r.failed+r.errored, r.leaked, r.goroutines)
+	}
+}
+
+// fleetMain runs the fleet bench and, with out, writes RESULTS-fleet.md.
+func fleetMain(list, out string, p params, args []string) error {
+	if err := redisserver.Installed(); err != nil {
+		return err
+	}
+	if list == "all" {
+		list = keys(fleetRows, func(r fleetRow) string { return r.key })
+	}
+	var buf strings.Builder
+	_, err := runFleet(io.MultiWriter(os.Stdout, &buf), list, p)
+	if err != nil || out == "" {
+		return err
+	}
+	doc := "# The fleet bench\n\nOS processes, each with its own retry handler, share one throttled budget; " +
+		"with the store they share one redis-server through module redisstore (docs/fleet.md).\n\n" +
+		"Command: `cd bench && go run . " + strings.Join(args, " ") + "`, " + fmt.Sprint(runtime.NumCPU()) + " CPUs.\n" + buf.String()
+	return os.WriteFile(filepath.Join(out, "RESULTS-fleet.md"), []byte(doc), 0o644)
+}

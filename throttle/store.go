@@ -1,0 +1,218 @@
+package throttle
+
+import (
+	"context"
+	"math"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/wait"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+)
+
+// The queue's use of a fleet store (options.QueueOptions.Store); doc.go
+// gives the model.
+const (
+	// joinEvery bounds how often a process reads the fleet's state of a
+	// host it has no throttle of its own for: once, when it learns that
+	// the fleet holds the host, and again no sooner than this if it is
+	// still not throttled itself. A round trip a second per host is
+	// nothing next to the requests it paces.
+	joinEvery = time.Second
+	// markEvery is how often a process tells the fleet that a host it
+	// keeps being throttled by is still throttled, when its throttles name
+	// no hold it shares: often enough that the fleet's ten minutes of
+	// activity never lapse while the host throttles, rarely enough to cost
+	// nothing.
+	markEvery = time.Minute
+	// fleetHeadroom is how much faster than the sum of its processes' own
+	// paces the fleet's schedule runs. Each process's pacer learns its
+	// share and releases at it; the schedule only spaces the releases of
+	// the fleet so that they interleave instead of bunching. At the very
+	// sum of the paces, two gates at one rate would queue behind each
+	// other and the fleet would fall behind the pace it learned.
+	fleetHeadroom = 1.25
+	// maxFollow bounds the wait for a fleet slot of a request that has no
+	// limit of its own: no slot of a schedule at a learned pace is that far.
+	maxFollow = time.Minute
+)
+
+// fleetHost is what the queue remembers of its exchanges with the store
+// about one host. Its fields are atomics: they are read before the host's
+// lock is taken and written around round trips, which never hold it.
+type fleetHost struct {
+	joining atomic.Bool  // a request is reading the fleet's state
+	joined  atomic.Int64 // when it was last read, in Unix nanoseconds
+	marked  atomic.Int64 // when this process last told the fleet, in Unix nanoseconds
+}
+
+// fleetActive reports whether the fleet holds host throttled while this
+// process does not: answered from the store's memory, no round trip.
+func (q *Queue) fleetActive(host string) bool {
+	return q.store != nil && q.store.Active(host)
+}
+
+// join reads what the fleet knows of host, which some other process saw
+// throttled, and takes it as this process's own: its holds as held URLs
+// and paths, its paces as budgets paced at them. It returns the host's
+// state, active, or nil when another request is reading it (that request
+// goes on unheld) or read it less than joinEvery ago. The round trip is
+// made without the host's lock; a store that fails leaves the host active
+// with what this process knows.
+func (q *Queue) join(ctx context.Context, host string) *hostState {
+	now := q.clock.Now()
+	s := q.state(host, true, now)
+	if s.active.Load() {
+		return s
+	}
+	f := &s.fleet
+	if now.UnixNano()-f.joined.Load() < int64(joinEvery) || !f.joining.CompareAndSwap(false, true) {
+		return nil
+	}
+	defer f.joining.Store(false)
+	f.joined.Store(now.UnixNano())
+	st, err := q.store.State(ctx, host)
+	now = q.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.forgotten {
+		return nil
+	}
+	s.activate()
+	s.seen.Store(now.Unix())
+	if err == nil {
+		q.adopt(s, st, now)
+	}
+	return s
+}
+
+// adopt takes the fleet's state st of s's host at now; the caller holds
+// s.mu. A hold becomes this process's hold of its URL or path; a pace
+// becomes a budget paced at it, as if this process had learned it (its
+// throttles then tune it as its own).
+func (q *Queue) adopt(s *hostState, st options.FleetState, now time.Time) {
+	for key, until := range st.Holds {
+		if !until.After(now) {
+			continue
+		}
+		m, k := s.urls, strings.TrimPrefix(key, options.HoldURLPrefix)
+		if p, ok := strings.CutPrefix(key, options.HoldPathPrefix); ok {
+			m, k = s.paths, p
+		} else if k == key {
+			continue // not a key this queue shares
+		}
+		e := m[k]
+		if e == nil {
+			e = &entry{}
+			m[k] = e
+		}
+		s.seq++
+		e.end, e.named, e.seq = later(e.end, until), later(e.named, until), s.seq
+		s.lastEnd = later(s.lastEnd, until)
+	}
+	for budget, p := range st.Paces {
+		if p.Rate <= 0 || math.IsInf(p.Rate, 0) || math.IsNaN(p.Rate) {
+			continue
+		}
+		depth := 0
+		if budget != "" {
+			depth = strings.Count(budget, "/") + 1
+		}
+		n := s.node(budget, depth)
+		s.seq++
+		n.seq = s.seq
+		n.share(now, q.newPacer)
+		n.lastEnd = later(n.lastEnd, now)
+		if ap, ok := n.pacer.(*adaptivePacer); ok && ap.state == pacerCold {
+			ap.follow(p.Rate, now)
+		}
+	}
+	q.prune(s, now)
+}
+
+// follow starts a pacer at rate, the pace one process of the fleet
+// releases a budget at, as if its own fit had found it: steady, probing
+// above it in time, slowed by the throttles it meets.
+func (p *adaptivePacer) follow(rate float64, now time.Time) {
+	p.state, p.base, p.period = pacerSteady, rate, 1
+	p.start, p.reacted, p.last = now, now, now
+}
+
+// fleetShare returns the pace n releases at now, which is this process's
+// share of the budget's fleet-wide schedule, and whether it has one: a
+// budget that paces, with a store. The caller holds the host's lock.
+func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
+	if q.store == nil || !n.paces(now, q.recovery) {
+		return options.Pace{}, false
+	}
+	ap, ok := n.pacer.(*adaptivePacer)
+	if !ok {
+		return options.Pace{}, false
+	}
+	r := ap.rateAt(now)
+	if !(r > 0) || math.IsInf(r, 0) {
+		return options.Pace{}, false
+	}
+	r *= fleetHeadroom
+	return options.Pace{Rate: r, Burst: max(1, int(r*minBurstSeconds))}, true
+}
+
+// follow waits for the slot the fleet's schedule of budget n of host
+// gives a request that n released at now at pace p: one round trip, then
+// the wait it names, never past deadline (zero: none). A store that fails,
+// or a slot past the request's limits, leaves the release as this process
+// decided it. On the context's end the release is undone.
+func (q *Queue) follow(ctx context.Context, host string, s *hostState, n *node, p options.Pace, now, deadline time.Time) error {
+	limit := maxFollow
+	if !deadline.IsZero() {
+		limit = deadline.Sub(now)
+	}
+	d, ok, err := q.store.Reserve(ctx, host, n.key, p, limit)
+	if err != nil || !ok || d <= 0 {
+		return nil
+	}
+	if err := wait.Until(ctx, q.clock, q.clock.Now().Add(d)); err != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n.inflight = max(n.inflight-1, 0)
+		return err
+	}
+	return nil
+}
+
+// fleetNote is what an answer tells the fleet, gathered under the host's
+// lock and sent once it is released.
+type fleetNote struct {
+	s    *hostState
+	host string
+	// hold is the path the server's own word holds, until until, when the
+	// throttle was the item's own; empty otherwise.
+	hold  string
+	until time.Time
+	// throttled is set for any throttle.
+	throttled bool
+}
+
+// tell sends what an answer told the fleet: a hold the server named, or
+// that the host is throttled, when the fleet may not know it yet. It runs
+// without the host's lock, on the answering request's goroutine, bounded
+// by the store's timeout; a failure is the store's to count.
+func (q *Queue) tell(n *fleetNote) {
+	if q.store == nil || !n.throttled {
+		return
+	}
+	ctx := context.Background()
+	now := q.clock.Now()
+	if n.hold != "" && n.until.After(now) {
+		n.s.fleet.marked.Store(now.UnixNano())
+		_ = q.store.SetHold(ctx, n.host, options.HoldPathPrefix+n.hold, n.until)
+		return
+	}
+	f := &n.s.fleet
+	last := f.marked.Load()
+	if q.store.Active(n.host) && now.UnixNano()-last < int64(markEvery) || !f.marked.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	_ = q.store.MarkActive(ctx, n.host)
+}
