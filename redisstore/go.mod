@@ -13,6 +13,7 @@ require (
 
 require (
 	github.com/microsoft/kiota-abstractions-go v1.9.3 // indirect
+	github.com/microsoft/kiota-http-go v1.5.4 // indirect
 	github.com/std-uritemplate/std-uritemplate/go/v2 v2.0.3 // indirect
 )
 

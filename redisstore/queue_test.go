@@ -1,0 +1,74 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/middleware"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+	"github.com/kiota-resilience/kiota-resilience-go/throttle"
+)
+
+// Two throttle queues on two stores of one Redis are two processes of a
+// fleet: a hold the server named to one holds the other's request, and
+// with Redis gone each goes on alone.
+func TestQueuesShareThroughRedis(t *testing.T) {
+	tests := []struct {
+		name string
+		down bool // Redis dies before the throttle
+	}{
+		{"redis up", false},
+		{"redis killed", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newServer(t)
+			a := newStore(t, srv, WithTimeout(100*time.Millisecond))
+			b := newStore(t, srv, WithPrefix(a.cfg.prefix), WithTimeout(100*time.Millisecond))
+			clock := options.SystemClock()
+			qa := throttle.New(clock, options.QueueOptions{Store: a})
+			qb := throttle.New(clock, options.QueueOptions{Store: b})
+			req, err := http.NewRequest(http.MethodGet, "https://graph.microsoft.com/v1.0/users/1", nil)
+			require.NoError(t, err)
+			ctx := context.Background()
+			if tt.down {
+				srv.kill()
+			}
+
+			p, err := qa.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+			require.NoError(t, err)
+			qa.Report(req, p, throttle.Throttled, 5*time.Second, nil, clock.Now)
+
+			if tt.down {
+				assert.False(t, qb.Active(req), "no notice reached b")
+				p, err := qb.Admit(ctx, req, time.Time{}, time.Now().Add(time.Second), nil)
+				require.NoError(t, err, "b sends it: nothing held it past its limits")
+				assert.WithinDuration(t, time.Now(), p.Sent, 500*time.Millisecond)
+				return
+			}
+			// The notice reaches b within a round trip or so.
+			require.Eventually(t, func() bool { return qb.Active(req) }, 5*time.Second, time.Millisecond)
+			_, err = qb.Admit(ctx, req, time.Time{}, time.Now().Add(time.Second), nil)
+			var held *throttle.HoldError
+			require.ErrorAs(t, err, &held, "b holds what the server told a to leave alone")
+			assert.WithinDuration(t, time.Now().Add(5*time.Second), held.Until, time.Second)
+		})
+	}
+}
+
+// The user's code: a store in the handler's options.
+func TestHandlerTakesTheStore(t *testing.T) {
+	store := newStore(t, shared)
+	h, err := middleware.NewRetryHandler(options.RetryHandlerOptions{Queue: options.QueueOptions{Store: store}})
+	require.NoError(t, err)
+	require.NotNil(t, h)
+	var typedNil *Store
+	_, err = middleware.NewRetryHandler(options.RetryHandlerOptions{Queue: options.QueueOptions{Store: typedNil}})
+	assert.True(t, errors.Is(err, options.ErrInvalidOption), "a nil *Store is refused: %v", err)
+}

@@ -1,0 +1,244 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+)
+
+// memStore is an options.Store in memory, shared by the queues of one
+// test as Redis is by the processes of a fleet. Its schedule runs, as
+// redisstore's does, at the sum of the paces its callers gave.
+type memStore struct {
+	now  func() time.Time
+	fail bool // every call that would reach Redis fails
+
+	mu       sync.Mutex
+	active   map[string]bool
+	holds    map[string]map[string]time.Time
+	paces    map[string]options.Pace
+	shares   map[string]map[*Queue]float64
+	tat      map[string]time.Time
+	calls    map[string]int
+	reserved []time.Duration // the waits Reserve answered
+}
+
+func newMemStore(now func() time.Time) *memStore {
+	return &memStore{now: now, active: map[string]bool{}, holds: map[string]map[string]time.Time{},
+		paces: map[string]options.Pace{}, shares: map[string]map[*Queue]float64{}, tat: map[string]time.Time{}, calls: map[string]int{}}
+}
+
+var errStoreDown = errors.New("store down")
+
+// call counts a round trip and reports whether it fails.
+func (m *memStore) call(op string) error {
+	m.calls[op]++
+	if m.fail {
+		return errStoreDown
+	}
+	return nil
+}
+
+func (m *memStore) Active(host string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.active[host]
+}
+
+func (m *memStore) MarkActive(_ context.Context, host string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.call("mark"); err != nil {
+		return err
+	}
+	m.active[host] = true
+	return nil
+}
+
+func (m *memStore) SetHold(_ context.Context, host, key string, until time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.call("hold"); err != nil {
+		return err
+	}
+	m.active[host] = true
+	if m.holds[host] == nil {
+		m.holds[host] = map[string]time.Time{}
+	}
+	m.holds[host][key] = later(m.holds[host][key], until)
+	return nil
+}
+
+func (m *memStore) State(_ context.Context, host string) (options.FleetState, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.call("state"); err != nil {
+		return options.FleetState{}, err
+	}
+	st := options.FleetState{Holds: map[string]time.Time{}, Paces: map[string]options.Pace{}}
+	for k, v := range m.holds[host] {
+		st.Holds[k] = v
+	}
+	for k, v := range m.paces {
+		st.Paces[k] = v
+	}
+	return st, nil
+}
+
+// Reserve keeps one share per caller, by the queue that holds ctx's key.
+func (m *memStore) Reserve(ctx context.Context, host, budget string, p options.Pace, limit time.Duration) (time.Duration, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.call("reserve"); err != nil {
+		return 0, false, err
+	}
+	key := host + "/" + budget
+	if m.shares[key] == nil {
+		m.shares[key] = map[*Queue]float64{}
+	}
+	q, _ := ctx.Value(queueKey{}).(*Queue)
+	m.shares[key][q] = p.Rate
+	var sum float64
+	for _, r := range m.shares[key] {
+		sum += r
+	}
+	m.paces[budget] = options.Pace{Rate: sum / float64(len(m.shares[key])), Burst: 1}
+	now := m.now()
+	interval := time.Duration(float64(time.Second) / sum)
+	tat := later(m.tat[key], now).Add(interval)
+	wait := max(tat.Sub(now)-interval, 0)
+	if wait > limit {
+		return wait, false, nil
+	}
+	m.tat[key] = tat
+	m.reserved = append(m.reserved, wait)
+	return wait, true, nil
+}
+
+type queueKey struct{}
+
+func (m *memStore) count(op string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.calls[op]
+}
+
+// Two queues sharing one store are two processes of a fleet.
+func TestStoreSharesWithTheFleet(t *testing.T) {
+	tests := []struct {
+		name string
+		fail bool
+	}{
+		{"store answers", false},
+		{"store fails: each process goes on alone", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktest.NewJumping(t0)
+			st := newMemStore(clk.Now)
+			st.fail = tt.fail
+			a := New(clk, options.QueueOptions{Store: st})
+			b := New(clk, options.QueueOptions{Store: st})
+			ctx := context.Background()
+			item := get(t, graph+"/v1.0/users/1", "")
+			other := get(t, graph+"/v1.0/groups/2", "")
+
+			// Neither process saw the host throttled: no round trip.
+			p, err := b.Admit(ctx, other, t0, time.Time{}, nil)
+			require.NoError(t, err)
+			b.Report(other, p, Succeeded, 0, nil, clk.Now)
+			assert.Zero(t, st.count("state")+st.count("hold")+st.count("mark"))
+			assert.False(t, b.Active(item))
+
+			// Process a is told to leave users/1 alone for 5 s.
+			p, err = a.Admit(ctx, item, t0, time.Time{}, nil)
+			require.NoError(t, err)
+			a.Report(item, p, Throttled, 5*time.Second, nil, clk.Now)
+			assert.Equal(t, 1, st.count("hold"))
+
+			// Process b's request to users/1, which may wait 1 s at most.
+			_, err = b.Admit(ctx, item, t0, t0.Add(time.Second), nil)
+			var held *HoldError
+			if tt.fail {
+				// Nothing reached the fleet: b sends it, and learns alone.
+				assert.NoError(t, err)
+				assert.False(t, b.Active(item))
+				return
+			}
+			require.ErrorAs(t, err, &held, "b holds what the server told a to leave alone")
+			assert.Equal(t, t0.Add(5*time.Second), held.Until)
+			assert.Equal(t, 1, st.count("state"), "b read the fleet's state once")
+			// Another target of the host goes at once, after one look.
+			_, err = b.Admit(ctx, other, t0, t0.Add(time.Second), nil)
+			assert.NoError(t, err)
+			assert.Equal(t, 1, st.count("state"))
+		})
+	}
+}
+
+// A process that joins a paced budget paces at the fleet's pace per
+// process, and its releases take slots of the fleet's schedule.
+func TestStoreJoinerFollowsTheFleetsPace(t *testing.T) {
+	clk := clocktest.NewJumping(t0)
+	st := newMemStore(clk.Now)
+	st.active["graph.test"] = true
+	st.paces["users"] = options.Pace{Rate: 50, Burst: 1}
+	q := New(clk, options.QueueOptions{Store: st})
+	ctx := context.WithValue(context.Background(), queueKey{}, q)
+	require.True(t, q.Active(get(t, graph+"/v1.0/users/1", "")))
+	var sent []time.Time
+	for i := range 5 {
+		req := get(t, graph+"/v1.0/users/"+string(rune('a'+i)), "")
+		p, err := q.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+		require.NoError(t, err)
+		sent = append(sent, p.Sent)
+		q.Report(req, p, Succeeded, 0, nil, clk.Now)
+	}
+	assert.Equal(t, 1, st.count("state"))
+	assert.Equal(t, 5, st.count("reserve"), "one round trip per paced request")
+	for i := 1; i < len(sent); i++ {
+		// 50/s, after the CUBIC dip of the fitted rate: 20 to 21 ms apart.
+		gap := sent[i].Sub(sent[i-1])
+		assert.InDelta(t, 20*time.Millisecond, gap, float64(2*time.Millisecond), "release %d", i)
+	}
+	s := q.state("graph.test", false, time.Time{})
+	require.NotNil(t, s)
+	n := s.nodes["users"]
+	require.NotNil(t, n)
+	assert.True(t, n.shared)
+}
+
+// A failing store costs a request no hold: the queue paces by its own state.
+func TestStoreFailingFallsBackToLocalPace(t *testing.T) {
+	clk := clocktest.NewJumping(t0)
+	st := newMemStore(clk.Now)
+	st.active["graph.test"] = true
+	st.fail = true
+	q := New(clk, options.QueueOptions{Store: st})
+	req := get(t, graph+"/v1.0/users/1", "")
+	p, err := q.Admit(context.Background(), req, time.Time{}, t0.Add(time.Millisecond), nil)
+	require.NoError(t, err)
+	assert.Equal(t, t0, p.Sent, "nothing held it")
+	assert.Equal(t, 1, st.count("state"))
+}
+
+// A host no process saw throttled costs no allocation with a store either.
+func TestStoreNeverThrottledHostAllocatesNothing(t *testing.T) {
+	clk := clocktest.NewJumping(t0)
+	q := New(clk, options.QueueOptions{Store: newMemStore(clk.Now)})
+	req := get(t, graph+"/v1.0/users/1", "")
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(100, func() {
+		p, _ := q.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+		q.Report(req, p, Succeeded, 0, nil, clk.Now)
+	})
+	assert.Zero(t, allocs)
+}
