@@ -1,7 +1,7 @@
 # The two commands a new user needs: `make demo` and `make test`.
 GO ?= go
 
-.PHONY: test demo example bench bench-verify install-deps fuzz vet floor staticcheck redis-server
+.PHONY: test demo example bench bench-fleet bench-verify install-deps fuzz vet floor staticcheck redis-server
 
 # staticcheck runs through `go run` at a pinned version, so that a fresh
 # machine needs only the Go toolchain; v0.8 reads Go 1.26 code.
@@ -38,8 +38,15 @@ staticcheck:
 	$(GO) run $(STATICCHECK) ./...
 
 # Flags through ARGS, e.g. make demo ARGS="-queue=false -n 1000".
+# make demo ARGS=-fleet=4 shows four OS processes sharing one budget, without
+# and with the Redis store; it runs from the bench's module, which has
+# redisstore, and needs redis-server (make redis-server installs it).
 demo:
+ifneq ($(findstring -fleet,$(ARGS)),)
+	cd bench && $(GO) run . $(subst -fleet=,-fleet-demo=,$(ARGS))
+else
 	$(GO) run ./cmd/demo $(ARGS)
+endif
 
 # The benchmark, about 70 minutes on 2 cores: the scenarios of RESULTS.md
 # (~40 min), then those behind real nginx and HAProxy and the bench's own
@@ -51,11 +58,16 @@ demo:
 # One scenario quickly, e.g.
 #   cd bench && go run . -scenarios nginx-ra -clients ours -workloads mailbox/50 -methods GET
 BENCH_WORKLOADS ?= user/n,mailbox/50,mailbox/n,collection
-bench: install-deps
+bench: install-deps bench-fleet
 	cd bench && $(GO) run . -out . -scenarios plain
 	cd bench && $(GO) run . -out . -scenarios real -clients ours,kiota,retryablehttp,failsafe \
 		-full-clients ours,kiota -peer-workload user/n \
 		$(if $(filter all,$(BENCH_WORKLOADS)),,-workloads $(BENCH_WORKLOADS))
+
+# The fleet bench, about 3 minutes: 1 to 20 OS processes, each with its own
+# handler, sharing one redis-server the bench starts, into RESULTS-fleet.md.
+bench-fleet: redis-server
+	cd bench && $(GO) run . -out . -fleet all
 
 # throttletest's models of nginx limit_req and HAProxy's stick table against
 # the real limiters, the same send times through both.

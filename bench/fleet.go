@@ -87,6 +87,11 @@ func runFleet(w io.Writer, list string, p params) ([]fleetResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-fleet: %w", err)
 	}
+	return runFleetRows(w, rows, p)
+}
+
+// runFleetRows runs rows and writes their table to w.
+func runFleetRows(w io.Writer, rows []fleetRow, p params) ([]fleetResult, error) {
 	needRedis := false
 	for _, r := range rows {
 		needRedis = needRedis || r.store
@@ -375,4 +380,24 @@ func fleetMain(list, out string, p params, args []string) error {
 		"with the store they share one redis-server through module redisstore (docs/fleet.md).\n\n" +
 		"Command: `cd bench && go run . " + strings.Join(args, " ") + "`, " + fmt.Sprint(runtime.NumCPU()) + " CPUs.\n" + buf.String()
 	return os.WriteFile(filepath.Join(out, "RESULTS-fleet.md"), []byte(doc), 0o644)
+}
+
+// fleetDemo shows procs processes sharing one budget, without and then
+// with the store (make demo ARGS=-fleet=4).
+func fleetDemo(procs int, p params) error {
+	if err := redisserver.Installed(); err != nil {
+		return fmt.Errorf("the fleet demo starts a redis-server of its own: %w", err)
+	}
+	if procs < 1 || procs > p.c {
+		return fmt.Errorf("-fleet-demo %d: want 1 to %d processes", procs, p.c)
+	}
+	fmt.Printf("%d OS processes, each with its own retry handler and %d of the %d workers, send %d GETs to one token bucket "+
+		"(%g/s, burst %d, 429 with Retry-After: 3): first each alone, then sharing a redis-server through redisstore.\n",
+		procs, p.c/procs, p.c, p.n, p.rate, p.burst)
+	_, err := runFleetRows(os.Stdout, []fleetRow{
+		{key: "1", title: "1 process", procs: 1},
+		{key: "alone", title: fmt.Sprintf("%d processes, no store", procs), procs: procs},
+		{key: "store", title: fmt.Sprintf("%d processes, store", procs), procs: procs, store: true},
+	}, p)
+	return err
 }

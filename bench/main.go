@@ -81,12 +81,16 @@ func mainErr(args []string) error {
 	verify := fs.Bool("verify", false, "check throttletest's models of nginx limit_req and HAProxy's stick table against the real ones, and exit")
 	fleet := fs.String("fleet", "", "comma-separated rows of the fleet bench (OS processes sharing one Redis), or all: "+
 		keys(fleetRows, func(r fleetRow) string { return r.key })+"; runs them instead of the scenarios, with -n 4000 unless -n is given")
+	demo := fs.Int("fleet-demo", 0, "show this many processes sharing one budget without and with the store (make demo ARGS=-fleet=4), and exit")
 	out := fs.String("out", "", "directory to write RESULTS.md and throughput.png into; empty: stdout only")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if err := p.validate(); err != nil {
 		return err
+	}
+	if *demo > 0 {
+		return fleetDemo(*demo, p)
 	}
 	if *fleet != "" {
 		nSet := false

@@ -253,3 +253,30 @@ const (
 	MetricHandBacks = Namespace + "hand_backs"
 	UnitHandBacks   = "{request}"
 )
+
+// Names of the fleet store's signals (options.QueueOptions.Store), which
+// module redisstore reports through its own meter and exports under the
+// same names (redisstore.MetricRoundTrips and the rest).
+const (
+	// MetricStoreRoundTrips counts the store's calls that reached it, by
+	// AttrStoreOperation and AttrStoreOutcome: a host no process saw
+	// throttled costs none.
+	MetricStoreRoundTrips = Namespace + "store.round_trips"
+	// MetricStoreDuration is the latency of those calls, in seconds.
+	MetricStoreDuration = Namespace + "store.duration"
+	// MetricStoreFallbacks counts calls the store could not answer, by
+	// AttrStoreOperation and AttrStoreReason: the queue went on with its
+	// local state.
+	MetricStoreFallbacks = Namespace + "store.fallbacks"
+	// MetricStorePace is a budget's fleet-wide pace, in requests per second:
+	// the sum of its processes' paces at this process's last reservation.
+	MetricStorePace = Namespace + "store.pace"
+	// AttrStoreOperation names the store operation.
+	AttrStoreOperation = Namespace + "store.operation"
+	// AttrStoreOutcome is ok or error.
+	AttrStoreOutcome = Namespace + "store.outcome"
+	// AttrStoreReason says why a call fell back.
+	AttrStoreReason = Namespace + "store.reason"
+	// AttrStoreBudget names the budget of MetricStorePace.
+	AttrStoreBudget = Namespace + "store.budget"
+)

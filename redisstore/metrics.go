@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/kiota-resilience/kiota-resilience-go/observability"
 )
 
 // ScopeName names the store's meter.
@@ -18,29 +20,30 @@ const ScopeName = "github.com/kiota-resilience/kiota-resilience-go/redisstore"
 const (
 	// MetricRoundTrips counts calls that reached Redis, by operation and
 	// outcome.
-	MetricRoundTrips = "com.microsoft.kiota.handler.retry.store.round_trips"
+	MetricRoundTrips = observability.MetricStoreRoundTrips
 	// MetricDuration is the latency of the calls that reached Redis, in
 	// seconds, fallbacks by timeout included.
-	MetricDuration = "com.microsoft.kiota.handler.retry.store.duration"
+	MetricDuration = observability.MetricStoreDuration
 	// MetricFallbacks counts calls answered ErrUnavailable: the caller went on
 	// with its local state. The reason attribute says why.
-	MetricFallbacks = "com.microsoft.kiota.handler.retry.store.fallbacks"
-	// MetricPace is a budget's pace as published to the fleet or read from it,
-	// in requests per second.
-	MetricPace = "com.microsoft.kiota.handler.retry.store.pace"
+	MetricFallbacks = observability.MetricStoreFallbacks
+	// MetricPace is a budget's fleet-wide pace, in requests per second: the
+	// sum of its processes' paces at this process's last reservation, or
+	// one process's pace as State read it.
+	MetricPace = observability.MetricStorePace
 
 	// AttrOperation names the store operation: mark, hold, state, hosts,
 	// pace, announce, reserve, acquire, renew, release.
-	AttrOperation = "com.microsoft.kiota.handler.retry.store.operation"
+	AttrOperation = observability.AttrStoreOperation
 	// AttrOutcome is ok or error on MetricRoundTrips and MetricDuration.
-	AttrOutcome = "com.microsoft.kiota.handler.retry.store.outcome"
+	AttrOutcome = observability.AttrStoreOutcome
 	// AttrReason is why a call fell back: timeout (past WithTimeout), error
 	// (Redis or the network failed), skipped (a recent failure, the store
 	// waits for the probe interval), canceled (the caller's context ended),
 	// closed (the store was closed).
-	AttrReason = "com.microsoft.kiota.handler.retry.store.reason"
+	AttrReason = observability.AttrStoreReason
 	// AttrBudget names the budget of MetricPace; server.address names its host.
-	AttrBudget = "com.microsoft.kiota.handler.retry.store.budget"
+	AttrBudget = observability.AttrStoreBudget
 )
 
 // Fallback reasons, the values of AttrReason.

@@ -94,4 +94,22 @@
 //     held URLs, paths and nodes, the newest kept (aged by the order of
 //     their throttles, so that many ending at one instant are told apart);
 //     a host idle for the recovery window is forgotten.
+//  10. A fleet (options.QueueOptions.Store, store.go): processes that
+//     share budgets share what they learn. A throttle of a host is told
+//     to the store (the server's own hold of a path with SetHold, else
+//     MarkActive once a minute), which tells every process within a round
+//     trip. A process with no throttle of its own for a host the fleet
+//     holds reads the fleet's state once (State, at most once a second):
+//     the holds become its held paths and URLs, each budget's pace (one
+//     process's) a budget paced at it, which its own answers tune from
+//     then on. Each process's pacer learns and releases its own share; a
+//     request it releases then takes its slot in the budget's fleet-wide
+//     schedule (Reserve, one round trip), which runs at the sum of the
+//     processes' paces with fleetHeadroom, so that the fleet's releases
+//     interleave instead of bunching, and a throttle met on the schedule
+//     slows the process that met it, and so the sum. The store fails open:
+//     an error leaves every decision local, and its calls are bounded by
+//     the store's own timeout, never a hold past the request's limits.
+//     A host no process saw throttled costs one lookup in the store's
+//     memory: no round trip, no lock, no allocation.
 package throttle
