@@ -47,6 +47,7 @@ type fleetRow struct {
 
 var fleetRows = []fleetRow{
 	{key: "1", title: "1 process", procs: 1},
+	{key: "1-store", title: "1 process, store", procs: 1, store: true},
 	{key: "4", title: "4 processes, store", procs: 4, store: true},
 	{key: "8", title: "8 processes, store", procs: 8, store: true},
 	{key: "16", title: "16 processes, store", procs: 16, store: true},
@@ -176,6 +177,9 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 		}
 	}
 	start := time.Now()
+	if p.timeline {
+		defer timeline(srv, p.n, start)()
+	}
 	var wg sync.WaitGroup
 	reports := make([]workerReport, len(procs))
 	errs := make([]error, len(procs))
@@ -232,6 +236,40 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 	st := srv.Stats()
 	res.attempts, res.throttled, res.early = st.Attempts, st.Throttled, st.Early
 	return res, nil
+}
+
+// timeline prints, once the row is done, how many requests srv let through
+// and how many it throttled in each quarter second from start, until n
+// succeeded: where a slow row lost its time. Call what it returns when
+// the row is done.
+func timeline(srv *throttletest.Server, n int, start time.Time) (done func()) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	stop := make(chan struct{})
+	ended := make(chan struct{})
+	var line strings.Builder
+	go func() {
+		defer close(ended)
+		prev := srv.Stats()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			st := srv.Stats()
+			fmt.Fprintf(&line, " %d/%d", st.OK-prev.OK, st.Throttled-prev.Throttled)
+			prev = st
+			if st.OK >= n {
+				return
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-ended
+		tick.Stop()
+		progress.Printf("timeline from %s, 2xx/429 per 250 ms:%s", start.Format(time.TimeOnly), line.String())
+	}
 }
 
 // fleetConfig is scenario retry-after-3's server.

@@ -22,6 +22,8 @@ type params struct {
 	reqTimeout time.Duration
 	runTimeout time.Duration
 	heldAfter  time.Duration
+	// timeline prints each fleet row's answers per quarter second.
+	timeline bool
 }
 
 // scenario is one server setup and how the workload's requests map onto it.

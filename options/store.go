@@ -29,11 +29,32 @@ type Store interface {
 	State(ctx context.Context, host string) (FleetState, error)
 	// Reserve takes the next slot of budget's fleet-wide release schedule
 	// and reports how long the caller waits for it. p is this process's
-	// pace; the schedule runs at the sum of the paces of the processes that
-	// reserved on the budget lately, so that the fleet releases at what its
-	// processes learned together and their releases interleave instead of
-	// bunching. A slot further than max is not taken: ok is false.
-	Reserve(ctx context.Context, host, budget string, p Pace, max time.Duration) (wait time.Duration, ok bool, err error)
+	// pace. Until the fleet's throttles have fitted the budget's rate (see
+	// Throttled), the schedule runs at the sum of the paces of the
+	// processes that reserved on the budget lately, so that their releases
+	// interleave instead of bunching; once fitted, it runs at that rate and
+	// the reservation says so (Reservation.Fitted). A slot further than
+	// max is not taken: Reservation.OK is false.
+	Reserve(ctx context.Context, host, budget string, p Pace, max time.Duration) (Reservation, error)
+	// Throttled records that a request of budget that took a slot of the
+	// fleet's schedule was throttled: sent ago before now, with the
+	// server asking for retryAfter (zero: none named). The schedule fits
+	// the budget's rate from what the whole fleet's releases met.
+	Throttled(ctx context.Context, host, budget string, ago, retryAfter time.Duration) error
+}
+
+// Reservation is a slot of a budget's fleet-wide release schedule.
+type Reservation struct {
+	// Wait is how long the caller waits before it sends.
+	Wait time.Duration
+	// OK is false when the slot was further than the caller could wait
+	// and was not taken; Wait is then the wait it would have had.
+	OK bool
+	// Fitted reports that the schedule runs at the rate the fleet's
+	// throttles fitted, not at the sum of its processes' paces: it alone
+	// spaces the fleet's releases, and a process adds no spacing of its
+	// own.
+	Fitted bool
 }
 
 // Pace is a budget's pace: requests per second, and how many may go at once

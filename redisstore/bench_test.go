@@ -80,7 +80,7 @@ func BenchmarkReserve(b *testing.B) {
 			ctx := context.Background()
 			start := rt.n.Load()
 			for b.Loop() {
-				if _, _, err := s.Reserve(ctx, "graph.microsoft.com", "users", p, time.Second); err != nil {
+				if _, err := s.Reserve(ctx, "graph.microsoft.com", "users", p, time.Second); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -98,7 +98,7 @@ func BenchmarkReserveParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()
 		for pb.Next() {
-			if _, _, err := s.Reserve(ctx, "graph.microsoft.com", "users", p, time.Second); err != nil {
+			if _, err := s.Reserve(ctx, "graph.microsoft.com", "users", p, time.Second); err != nil {
 				b.Error(err)
 				return
 			}

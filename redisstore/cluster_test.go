@@ -36,7 +36,8 @@ func TestCluster(t *testing.T) {
 	assert.Equal(t, Pace{Rate: 400, Burst: 40}, st.Paces["users"])
 	assert.Equal(t, 10, st.Announced["users"].Remaining)
 
-	_, ok, err := b.Reserve(ctx, "graph.microsoft.com", "users", Pace{Rate: 400, Burst: 40}, time.Second)
+	res, err := b.Reserve(ctx, "graph.microsoft.com", "users", Pace{Rate: 400, Burst: 40}, time.Second)
+	ok := res.OK
 	require.NoError(t, err)
 	assert.True(t, ok)
 	sl, _, err := b.Acquire(ctx, "graph.microsoft.com", "users/a@contoso.com", mailboxLimit)

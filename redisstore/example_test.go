@@ -27,13 +27,13 @@ func Example() {
 	if !store.Active(host) {
 		return // no process saw this host throttled: send at once, no round trip
 	}
-	wait, ok, err := store.Reserve(ctx, host, "users", redisstore.Pace{Rate: 400, Burst: 40}, 10*time.Second)
+	slot, err := store.Reserve(ctx, host, "users", redisstore.Pace{Rate: 400, Burst: 40}, 10*time.Second)
 	switch {
 	case errors.Is(err, redisstore.ErrUnavailable):
 		// pace by this process's own state
-	case ok:
+	case slot.OK:
 		// Wait for the slot the fleet's schedule gave this request.
-		t := time.NewTimer(wait)
+		t := time.NewTimer(slot.Wait)
 		defer t.Stop()
 		select {
 		case <-t.C:

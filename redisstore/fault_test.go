@@ -99,7 +99,7 @@ func ops(s *Store) map[string]func(context.Context) error {
 		"pace":     func(ctx context.Context) error { return s.SetPace(ctx, "h", "b", Pace{Rate: 1, Burst: 1}) },
 		"announce": func(ctx context.Context) error { return s.Announce(ctx, "h", "b", 1, time.Now().Add(time.Second)) },
 		"reserve": func(ctx context.Context) error {
-			_, _, err := s.Reserve(ctx, "h", "b", Pace{Rate: 1000, Burst: 1000}, time.Second)
+			_, err := s.Reserve(ctx, "h", "b", Pace{Rate: 1000, Burst: 1000}, time.Second)
 			return err
 		},
 		"acquire": func(ctx context.Context) error {
@@ -239,7 +239,8 @@ func TestRestartedEmptyRebuilds(t *testing.T) {
 		return err == nil && len(st.Holds) == 1 && st.Paces["users"].Rate == 400
 	}, 10*time.Second, faultProbe, "rebuilt from the next throttle")
 
-	w, ok, err := a.Reserve(ctx, "graph.microsoft.com", "users", Pace{Rate: 400, Burst: 40}, time.Second)
+	res, err := a.Reserve(ctx, "graph.microsoft.com", "users", Pace{Rate: 400, Burst: 40}, time.Second)
+	w, ok := res.Wait, res.OK
 	require.NoError(t, err, "the schedule's script is loaded again")
 	assert.True(t, ok)
 	assert.Zero(t, w, "a fresh schedule starts with its burst")

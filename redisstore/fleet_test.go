@@ -57,7 +57,8 @@ func fleetChild(spec string) int {
 	defer out.Flush()
 	fmt.Fprintln(out, time.Now().UnixNano())
 	for range n {
-		wait, ok, err := s.Reserve(ctx, "graph.microsoft.com", "users", fleetShare, time.Minute)
+		res, err := s.Reserve(ctx, "graph.microsoft.com", "users", fleetShare, time.Minute)
+		wait, ok := res.Wait, res.OK
 		if err != nil || !ok {
 			fmt.Fprintln(os.Stderr, "reserve:", ok, err)
 			return 1

@@ -25,8 +25,17 @@ func (k keys) pace(host string) string { return k.base + "pace:" + host }
 // announced is a hash: budget -> "remaining resetAt" (resetAt in ms, Redis clock).
 func (k keys) announced(host string) string { return k.base + "ann:" + host }
 
-// schedule is a string: the budget's theoretical arrival time (µs, Redis clock).
+// schedule is a hash: the budget's theoretical arrival time and the rate the
+// fleet's throttles fitted, with when and for how long (scripts.go).
 func (k keys) schedule(host, budget string) string { return k.base + "gcra:" + host + "/" + budget }
+
+// released is a sorted set: the send times (µs, Redis clock) of the
+// budget's releases of the last keepHistory.
+func (k keys) released(host, budget string) string { return k.base + "sent:" + host + "/" + budget }
+
+// refused is a sorted set: the send times (µs, Redis clock) of the
+// budget's throttled releases of the last keepHistory.
+func (k keys) refused(host, budget string) string { return k.base + "refused:" + host + "/" + budget }
 
 // shares is a hash: process token -> "rate burst at" (at in µs, Redis clock),
 // the paces the processes reserving on a budget gave.

@@ -34,8 +34,12 @@ func TestKeyMemory(t *testing.T) {
 	for i := range maxHoldsPerHost {
 		require.NoError(t, s.SetHold(ctx, crowded, fmt.Sprintf("users/%08d-0000-0000-0000-000000000000/messages", i), until))
 	}
-	_, _, err := s.Reserve(ctx, host, "users", Pace{Rate: 400, Burst: 40}, time.Second)
-	require.NoError(t, err)
+	// A second of a budget paced at 400/s, and one throttle.
+	for range 400 {
+		_, err := s.Reserve(ctx, host, "users", Pace{Rate: 400, Burst: 40}, time.Minute)
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Throttled(ctx, host, "users", time.Millisecond, 3*time.Second))
 	var slots []*Slot
 	for range mailboxLimit {
 		sl, _, err := s.Acquire(ctx, host, "users/00000000-0000-0000-0000-000000000000", mailboxLimit)
@@ -52,7 +56,9 @@ func TestKeyMemory(t *testing.T) {
 		{s.keys.holds(crowded), "holds, 1024 (the cap)", 180_000},
 		{s.keys.pace(host), "paces, 10 budgets", 1000},
 		{s.keys.announced(host), "announced, 10 budgets", 700},
-		{s.keys.schedule(host, "users"), "schedule, one budget", 120},
+		{s.keys.schedule(host, "users"), "schedule, one budget", 200},
+		{s.keys.released(host, "users"), "send times, 400", 50_000},
+		{s.keys.refused(host, "users"), "throttle times, 1", 200},
 		{s.keys.slots(host, "users/00000000-0000-0000-0000-000000000000"), "slots, 4 held", 500},
 	} {
 		n, err := rdb.MemoryUsage(ctx, tc.key).Result()

@@ -29,14 +29,15 @@ func TestReserveSchedule(t *testing.T) {
 	want := []time.Duration{0, 0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}
 	first := time.Now()
 	for i := range want {
-		w, ok, err := s.Reserve(ctx, "h", "users", p, time.Minute)
+		res, err := s.Reserve(ctx, "h", "users", p, time.Minute)
+		w, ok := res.Wait, res.OK
 		require.NoError(t, err)
 		require.True(t, ok)
 		assertSlot(t, want[i], w, first, "reservation %d", i)
 	}
 	ttl, err := s.rdb.PTTL(ctx, s.keys.schedule("h", "users")).Result()
 	require.NoError(t, err)
-	assertSlot(t, 500*time.Millisecond, ttl, first, "the schedule expires once its last slot is past")
+	assertSlot(t, 500*time.Millisecond+ShareWindow, ttl, first, "the schedule expires a share window after its last slot")
 }
 
 // A slot further than the caller can wait is not taken: the next caller
@@ -46,14 +47,17 @@ func TestReserveBeyondMaxTakesNothing(t *testing.T) {
 	s := newStore(t, shared)
 	p := Pace{Rate: 1, Burst: 1}
 	first := time.Now()
-	_, ok, err := s.Reserve(ctx, "h", "b", p, time.Second)
+	res, err := s.Reserve(ctx, "h", "b", p, time.Second)
+	ok := res.OK
 	require.NoError(t, err)
 	require.True(t, ok)
-	w, ok, err := s.Reserve(ctx, "h", "b", p, 10*time.Millisecond)
+	res, err = s.Reserve(ctx, "h", "b", p, 10*time.Millisecond)
+	w, ok := res.Wait, res.OK
 	require.NoError(t, err)
 	assert.False(t, ok)
 	assertSlot(t, time.Second, w, first)
-	w, ok, err = s.Reserve(ctx, "h", "b", p, 2*time.Second)
+	res, err = s.Reserve(ctx, "h", "b", p, 2*time.Second)
+	w, ok = res.Wait, res.OK
 	require.NoError(t, err)
 	assert.True(t, ok)
 	assertSlot(t, time.Second, w, first, "the refused reservation left no hole")
@@ -72,14 +76,16 @@ func TestReserveAcrossSkewedClocks(t *testing.T) {
 	p := Pace{Rate: 20.0 / 3, Burst: 1} // 20/s, one at a time, for the three
 	for _, s := range stores {
 		// Each process gives its pace first: the schedule then runs at the sum.
-		_, ok, err := s.Reserve(ctx, "h", "b", p, time.Minute)
+		res, err := s.Reserve(ctx, "h", "b", p, time.Minute)
+		ok := res.OK
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
 	var w0 time.Duration
 	var first time.Time
 	for i := range 9 {
-		w, ok, err := stores[i%len(stores)].Reserve(ctx, "h", "b", p, time.Minute)
+		res, err := stores[i%len(stores)].Reserve(ctx, "h", "b", p, time.Minute)
+		w, ok := res.Wait, res.OK
 		require.NoError(t, err)
 		require.True(t, ok)
 		if i == 0 {
@@ -96,17 +102,21 @@ func TestReserveSumsTheProcessesPaces(t *testing.T) {
 	ctx := context.Background()
 	a := newStore(t, shared)
 	b := newStore(t, shared, WithPrefix(a.cfg.prefix))
-	_, ok, err := a.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
+	res, err := a.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
+	ok := res.OK
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, ok, err = b.Reserve(ctx, "h", "b", Pace{Rate: 30, Burst: 3}, time.Minute)
+	res, err = b.Reserve(ctx, "h", "b", Pace{Rate: 30, Burst: 3}, time.Minute)
+	ok = res.OK
 	require.NoError(t, err)
 	require.True(t, ok)
 	// Now at 40/s: each slot 25 ms after the previous.
-	w1, _, err := a.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
+	res, err = a.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
+	w1 := res.Wait
 	require.NoError(t, err)
 	first := time.Now()
-	w2, _, err := b.Reserve(ctx, "h", "b", Pace{Rate: 30, Burst: 3}, time.Minute)
+	res, err = b.Reserve(ctx, "h", "b", Pace{Rate: 30, Burst: 3}, time.Minute)
+	w2 := res.Wait
 	require.NoError(t, err)
 	assertSlot(t, w1+25*time.Millisecond, w2, first)
 	st, err := a.State(ctx, "h")
@@ -116,7 +126,7 @@ func TestReserveSumsTheProcessesPaces(t *testing.T) {
 
 func TestReserveRejectsBadPace(t *testing.T) {
 	s := newStore(t, shared)
-	_, _, err := s.Reserve(context.Background(), "h", "b", Pace{Rate: 0, Burst: 1}, time.Second)
+	_, err := s.Reserve(context.Background(), "h", "b", Pace{Rate: 0, Burst: 1}, time.Second)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, ErrUnavailable)
 }

@@ -13,7 +13,7 @@ import "github.com/redis/go-redis/v9"
 // %.14g is exact.
 
 // scripts are loaded into Redis whenever the notice listener (re)subscribes.
-var scripts = []*redis.Script{markScript, hostsScript, stateScript, announceScript, reserveScript, acquireScript, renewScript}
+var scripts = []*redis.Script{markScript, hostsScript, stateScript, announceScript, reserveScript, throttleScript, acquireScript, renewScript}
 
 // nowMS is the preamble of the millisecond scripts.
 const nowMS = `
@@ -129,56 +129,176 @@ redis.call('PEXPIRE', KEYS[1], last - now + 1)
 return 1
 `)
 
-// reserveScript is one budget's fleet-wide release schedule, a generic cell
-// rate algorithm (GCRA) kept as one number, the theoretical arrival time
-// (TAT) of the next request. Each reservation moves it one interval on from
-// max(TAT, now); a request may go burst intervals before its TAT. A
-// reservation that would wait longer than the caller can is not made, so
-// that a caller who gives up leaves no hole in the schedule.
+// The schedule's scripts share one model of a budget's fleet-wide rate,
+// kept in its schedule hash (KEYS[1]):
 //
-// The interval is 1/(the sum of the rates of the processes that reserved
-// on the budget within ARGV[6]): each reservation records its process's
-// rate and burst, with Redis's time, in KEYS[2]; entries older than that
-// are dropped. The fleet's rate, the burst summed likewise, is what its
-// processes learned together. The pace one process releases at (the sum
-// over the number of processes) is published in KEYS[3], field ARGV[7],
-// for processes that join later (State).
+//	tat    the theoretical arrival time of the next request (µs)
+//	rate   the rate the fleet's throttles fitted (per s); absent until then
+//	since  when it was set (µs); it holds until since + hold, then probes
+//	       above, doubling every probeDoubling, to follow a server whose
+//	       budget grew
+//	hold   how long it holds (µs)
+//	born   when the schedule made its first release (µs)
+//	mark   when a throttled request was sent (µs): the server's bucket was
+//	       empty then, and what it accepted from then to the next throttle
+//	       is its rate
 //
-//	KEYS[1] schedule   ARGV[1] rate (per s)     ARGV[2] burst   ARGV[3] max wait (µs)
-//	KEYS[2] shares     ARGV[4] process token   ARGV[5] pace expiry (ms)
-//	KEYS[3] paces      ARGV[6] share window (µs)  ARGV[7] budget
+// and two sorted sets of send times (µs): KEYS[4] the releases the schedule
+// made, KEYS[5] the throttled ones the processes reported.
 //
-// Returns {reserved (0 or 1), wait (µs), fleet rate (milli-requests per s)}.
-var reserveScript = redis.NewScript(`
+// ARGV of both scripts: [1] share rate, [2] share burst, [3] max wait (µs),
+// [4] process token, [5] pace expiry (ms), [6] share window (µs), [7] budget,
+// [8] probe doubling (µs), [9] least burst (s of the rate), [10] kept
+// history (µs); the throttle script adds [11] ago (µs), [12] hold (µs),
+// [13] fit share, [14] least span (µs), [15] least releases, [16] most
+// span (µs), [17] settling time (µs), [18] the span over which the
+// fleet's recent rate is read (µs).
+const fleetRate = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local window = tonumber(ARGV[6])
+-- shares returns the sum of the rates and bursts the processes that
+-- reserved within the window gave, and how many they are.
+local function shares()
+  local rate, burst, n = 0, 0, 0
+  local all = redis.call('HGETALL', KEYS[2])
+  for i = 1, #all, 2 do
+    local r, b, at = string.match(all[i + 1], '^(%S+) (%d+) (%d+)$')
+    if r and tonumber(at) > now - window then
+      rate = rate + tonumber(r)
+      burst = burst + tonumber(b)
+      n = n + 1
+    else
+      redis.call('HDEL', KEYS[2], all[i])
+    end
+  end
+  return rate, burst, n
+end
+-- rateAt returns the schedule's rate and burst at time at, and whether the
+-- fleet fitted it.
+local function rateAt(at, sched, sum, burst)
+  local fitted = tonumber(sched[2])
+  if not fitted then return sum, burst, false end
+  local r = fitted
+  local beyond = at - tonumber(sched[3]) - tonumber(sched[4])
+  if beyond > 0 then r = fitted * 2 ^ math.min(beyond / tonumber(ARGV[8]), 30) end
+  return r, math.max(1, math.floor(r * tonumber(ARGV[9]))), true
+end
+local function keep(k)
+  redis.call('ZREMRANGEBYSCORE', k, '-inf', now - tonumber(ARGV[10]))
+  redis.call('PEXPIRE', k, math.ceil(tonumber(ARGV[10]) / 1000) + 1)
+end
+-- expire keeps the schedule a share window past its last slot: a budget
+-- the fleet left alone that long is paced anew, like the queue's own.
+local function expire(tat)
+  redis.call('PEXPIRE', KEYS[1], math.ceil((math.max((tat or now) - now, 0) + window) / 1000))
+end
+`
+
+// reserveScript takes one slot of a budget's fleet-wide release schedule: a
+// generic cell rate algorithm (GCRA) on the schedule's theoretical arrival
+// time. Each reservation moves it one interval on from max(TAT, now); a
+// request may go burst intervals before its TAT. A reservation that would
+// wait longer than the caller can is not made, so that a caller who gives up
+// leaves no hole in the schedule.
+//
+// The schedule's rate is the one the fleet's throttles fitted (see
+// throttleScript), or until then the sum of the rates the processes that
+// reserved within the share window gave: each reservation records its
+// process's rate and burst, with Redis's time, in KEYS[2]. The pace one
+// process releases at (the rate over the number of processes) is published
+// in KEYS[3], field ARGV[7], for processes that join later (State).
+//
+// Returns {reserved (0 or 1), wait (µs), rate (milli-requests per s),
+// fitted (0 or 1)}.
+var reserveScript = redis.NewScript(fleetRate + `
 redis.call('HSET', KEYS[2], ARGV[4], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. string.format('%.0f', now))
 redis.call('PEXPIRE', KEYS[2], math.ceil(window / 1000) + 1)
-local rate, burst, n = 0, 0, 0
-local all = redis.call('HGETALL', KEYS[2])
-for i = 1, #all, 2 do
-  local r, b, at = string.match(all[i + 1], '^(%S+) (%d+) (%d+)$')
-  if r and tonumber(at) > now - window then
-    rate = rate + tonumber(r)
-    burst = burst + tonumber(b)
-    n = n + 1
-  else
-    redis.call('HDEL', KEYS[2], all[i])
-  end
-end
+local sum, sburst, n = shares()
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold')
+local rate, burst, fitted = rateAt(now, sched, sum, sburst)
 redis.call('HSET', KEYS[3], ARGV[7], string.format('%.6g %d', rate / n, math.max(1, math.floor(burst / n))))
 redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[5]))
 local interval = math.max(1, math.floor(1000000 / rate))
-local tat = tonumber(redis.call('GET', KEYS[1]))
+local tat = tonumber(sched[1])
 if not tat or tat < now then tat = now end
 tat = tat + interval
 local wait = math.ceil(tat - burst * interval - now)
 if wait < 0 then wait = 0 end
-local fleet = math.floor(rate * 1000)
-if wait > tonumber(ARGV[3]) then return {0, wait, fleet} end
-redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
-return {1, wait, fleet}
+local f = 0
+if fitted then f = 1 end
+if wait > tonumber(ARGV[3]) then return {0, wait, math.floor(rate * 1000), f} end
+redis.call('HSET', KEYS[1], 'tat', string.format('%.0f', tat))
+redis.call('HSETNX', KEYS[1], 'born', string.format('%.0f', now))
+expire(tat)
+-- The slot's send time, unique as the TAT only grows: what the fit counts.
+redis.call('ZADD', KEYS[4], now + wait, string.format('%.0f', tat))
+keep(KEYS[4])
+return {1, wait, math.floor(rate * 1000), f}
+`)
+
+// throttleScript takes a throttle of a request that a budget's schedule
+// released, sent ARGV[11] before now, and fits the budget's rate from what
+// the whole fleet sent. A throttle says the server's bucket was empty when
+// the request was sent; from one such time (mark) to the next, the bucket
+// refilled at the server's rate and every token went to an accepted
+// request, so that rate is the releases between the two less the throttled
+// ones, over the time between. The schedule runs at ARGV[13] of it, holds
+// that for ARGV[12], then probes above.
+//
+// A throttle of a request sent before the last change, or within twice its
+// own round trip after it, is the congestion that change answered, seen
+// late; it is counted, and changes nothing. The first throttle after a
+// change marks the bucket empty and holds the rate at what the fleet sent
+// just before (stopping a probe) until a later one, at least ARGV[14] and ARGV[15] releases on, fits
+// it; a mark older than ARGV[16] is too old to say what the bucket did since
+// and is marked anew.
+//
+// Returns {changed (0 or 1), rate (milli-requests per s)}.
+var throttleScript = redis.NewScript(fleetRate + `
+local ago = tonumber(ARGV[11])
+local sent = now - ago
+redis.call('ZADD', KEYS[5], sent, string.format('%.0f %s', now, ARGV[4]))
+keep(KEYS[5])
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark')
+local sum, sburst = shares()
+local rate = rateAt(sent, sched, sum, sburst)
+if rate <= 0 then return {0, 0} end
+local since = tonumber(sched[3])
+if since and sent <= since + 2 * ago then return {0, math.floor(rate * 1000)} end
+-- The first of the fleet's releases meet what its processes sent before
+-- they knew of the throttle, which no schedule counts.
+local born = tonumber(redis.call('HGET', KEYS[1], 'born'))
+if not born or sent < born + tonumber(ARGV[17]) then return {0, math.floor(rate * 1000)} end
+local mark = tonumber(sched[5])
+local span = 0
+if mark then span = sent - mark end
+if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) then
+  local released = redis.call('ZCOUNT', KEYS[4], '(' .. mark, sent)
+  if released >= tonumber(ARGV[15]) then
+    local refused = redis.call('ZCOUNT', KEYS[5], '(' .. mark, sent)
+    local fit = math.max(released - refused, 1) * 1000000 / span * tonumber(ARGV[13])
+    -- One fit never more than halves the rate: a noisy span, or other
+    -- traffic on the server's budget, slows the fleet by steps.
+    rate = math.max(fit, rate / 2)
+    redis.call('HSET', KEYS[1], 'rate', string.format('%.6g', rate), 'since', string.format('%.0f', now),
+      'hold', ARGV[12], 'mark', string.format('%.0f', sent))
+    expire(tonumber(sched[1]))
+    return {1, math.floor(rate * 1000)}
+  end
+end
+if mark and span >= 0 and span <= tonumber(ARGV[16]) then return {0, math.floor(rate * 1000)} end
+-- The bucket was empty at sent: what the fleet sends from here is counted
+-- against it. Meanwhile the fleet sends at what it sent just before,
+-- which ran the bucket dry: a little above the server's rate, and no
+-- more, however far the schedule's rate had risen while it probed.
+local recent = tonumber(ARGV[18])
+local just = redis.call('ZCOUNT', KEYS[4], sent - recent, sent) * 1000000 / recent
+if just >= 1 and just < rate then rate = just end
+redis.call('HSET', KEYS[1], 'mark', string.format('%.0f', sent), 'rate', string.format('%.6g', rate),
+  'since', string.format('%.0f', now), 'hold', string.format('%.0f', tonumber(ARGV[16])))
+expire(tonumber(sched[1]))
+return {1, math.floor(rate * 1000)}
 `)
 
 // acquireScript takes one of ARGV[2] slots of a fleet-wide semaphore, or

@@ -92,6 +92,9 @@ type Pass struct {
 	host *hostState
 	// budget released it, counting it in flight.
 	budget *node
+	// fleet is set when it took a slot of its budget's fleet-wide
+	// schedule: its throttle is the fleet's to fit.
+	fleet bool
 }
 
 // Outcome is what an attempt's answer says about throttling.
@@ -226,6 +229,9 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 			end = time.Unix(1<<62, 0)
 		}
 		note.s, note.throttled = s, true
+		if p.fleet && p.budget != nil {
+			note.budget, note.ago, note.retryAfter = p.budget.key, now.Sub(p.Sent), hold
+		}
 		if q.throttled(s, t, p, now, end) == nil && hold > 0 {
 			note.hold, note.until = t.path, end
 		}

@@ -36,6 +36,18 @@ const (
 	// maxFollow bounds the wait for a fleet slot of a request that has no
 	// limit of its own: no slot of a schedule at a learned pace is that far.
 	maxFollow = time.Minute
+	// fittedFor is how long a reservation's word that the fleet fitted a
+	// budget's rate stands: every release of the budget reserves again and
+	// renews it, and a store that stops answering is paced locally again
+	// within this time.
+	fittedFor = time.Second
+	// maxReserving bounds the round trips for slots of one budget's
+	// fleet schedule that one process has under way: a schedule the fleet
+	// fitted spaces the releases alone, and all of a process's waiters
+	// asking at once would queue for the store's connections past its
+	// timeout. Two keep a slot always being asked for, while the other's
+	// answer travels.
+	maxReserving = 2
 )
 
 // fleetHost is what the queue remembers of its exchanges with the store
@@ -160,25 +172,44 @@ func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
 
 // follow waits for the slot the fleet's schedule of budget n of host
 // gives a request that n released at now at pace p: one round trip, then
-// the wait it names, never past deadline (zero: none). A store that fails,
-// or a slot past the request's limits, leaves the release as this process
-// decided it. On the context's end the release is undone.
-func (q *Queue) follow(ctx context.Context, host string, s *hostState, n *node, p options.Pace, now, deadline time.Time) error {
+// the wait it names, never past deadline (zero: none). It reports whether
+// the request took a slot. A store that fails, or (when this process
+// spaced the release itself, not fitted) a slot past the request's limits,
+// leaves the release to this process; a slot past the limits of a release
+// that only the fleet's schedule spaces is a *HoldError. On the context's
+// end the release is undone.
+func (q *Queue) follow(ctx context.Context, host string, s *hostState, n *node, p options.Pace, now, deadline time.Time, fitted bool) (bool, error) {
 	limit := maxFollow
 	if !deadline.IsZero() {
 		limit = deadline.Sub(now)
 	}
-	d, ok, err := q.store.Reserve(ctx, host, n.key, p, limit)
-	if err != nil || !ok || d <= 0 {
-		return nil
+	r, err := q.store.Reserve(ctx, host, n.key, p, limit)
+	s.mu.Lock()
+	n.reserving--
+	n.waiters.kick()
+	n.fitted = time.Time{}
+	if err == nil && r.Fitted {
+		n.fitted = q.clock.Now().Add(fittedFor)
 	}
-	if err := wait.Until(ctx, q.clock, q.clock.Now().Add(d)); err != nil {
+	s.mu.Unlock()
+	switch {
+	case err != nil:
+		return false, nil
+	case !r.OK && fitted:
+		s.mu.Lock()
+		n.inflight = max(n.inflight-1, 0)
+		s.mu.Unlock()
+		return false, &HoldError{Until: now.Add(r.Wait)}
+	case !r.OK:
+		return false, nil
+	}
+	if err := wait.Until(ctx, q.clock, q.clock.Now().Add(r.Wait)); err != nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		n.inflight = max(n.inflight-1, 0)
-		return err
+		return false, err
 	}
-	return nil
+	return true, nil
 }
 
 // fleetNote is what an answer tells the fleet, gathered under the host's
@@ -192,6 +223,11 @@ type fleetNote struct {
 	until time.Time
 	// throttled is set for any throttle.
 	throttled bool
+	// budget is the budget whose fleet-wide schedule released the
+	// throttled request, sent ago before the answer, which asked for
+	// retryAfter; empty when no schedule did.
+	budget          string
+	ago, retryAfter time.Duration
 }
 
 // tell sends what an answer told the fleet: a hold the server named, or
@@ -204,6 +240,9 @@ func (q *Queue) tell(n *fleetNote) {
 	}
 	ctx := context.Background()
 	now := q.clock.Now()
+	if n.budget != "" {
+		_ = q.store.Throttled(ctx, n.host, n.budget, n.ago, n.retryAfter)
+	}
 	if n.hold != "" && n.until.After(now) {
 		n.s.fleet.marked.Store(now.UnixNano())
 		_ = q.store.SetHold(ctx, n.host, options.HoldPathPrefix+n.hold, n.until)

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -29,11 +30,21 @@ type memStore struct {
 	tat      map[string]time.Time
 	calls    map[string]int
 	reserved []time.Duration // the waits Reserve answered
+	// fitted names the budgets whose schedule runs at a fitted rate,
+	// and its interval.
+	fitted    map[string]time.Duration
+	throttles []fleetThrottle // what Throttled was told
+}
+
+type fleetThrottle struct {
+	budget          string
+	ago, retryAfter time.Duration
 }
 
 func newMemStore(now func() time.Time) *memStore {
 	return &memStore{now: now, active: map[string]bool{}, holds: map[string]map[string]time.Time{},
-		paces: map[string]options.Pace{}, shares: map[string]map[*Queue]float64{}, tat: map[string]time.Time{}, calls: map[string]int{}}
+		paces: map[string]options.Pace{}, shares: map[string]map[*Queue]float64{}, tat: map[string]time.Time{}, calls: map[string]int{},
+		fitted: map[string]time.Duration{}}
 }
 
 var errStoreDown = errors.New("store down")
@@ -94,11 +105,11 @@ func (m *memStore) State(_ context.Context, host string) (options.FleetState, er
 }
 
 // Reserve keeps one share per caller, by the queue that holds ctx's key.
-func (m *memStore) Reserve(ctx context.Context, host, budget string, p options.Pace, limit time.Duration) (time.Duration, bool, error) {
+func (m *memStore) Reserve(ctx context.Context, host, budget string, p options.Pace, limit time.Duration) (options.Reservation, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.call("reserve"); err != nil {
-		return 0, false, err
+		return options.Reservation{}, err
 	}
 	key := host + "/" + budget
 	if m.shares[key] == nil {
@@ -112,15 +123,28 @@ func (m *memStore) Reserve(ctx context.Context, host, budget string, p options.P
 	}
 	m.paces[budget] = options.Pace{Rate: sum / float64(len(m.shares[key])), Burst: 1}
 	now := m.now()
-	interval := time.Duration(float64(time.Second) / sum)
+	interval, fitted := m.fitted[budget]
+	if !fitted {
+		interval = time.Duration(float64(time.Second) / sum)
+	}
 	tat := later(m.tat[key], now).Add(interval)
 	wait := max(tat.Sub(now)-interval, 0)
 	if wait > limit {
-		return wait, false, nil
+		return options.Reservation{Wait: wait, Fitted: fitted}, nil
 	}
 	m.tat[key] = tat
 	m.reserved = append(m.reserved, wait)
-	return wait, true, nil
+	return options.Reservation{Wait: wait, OK: true, Fitted: fitted}, nil
+}
+
+func (m *memStore) Throttled(_ context.Context, _, budget string, ago, retryAfter time.Duration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.call("throttled"); err != nil {
+		return err
+	}
+	m.throttles = append(m.throttles, fleetThrottle{budget, ago, retryAfter})
+	return nil
 }
 
 type queueKey struct{}
@@ -241,4 +265,51 @@ func TestStoreNeverThrottledHostAllocatesNothing(t *testing.T) {
 		q.Report(req, p, Succeeded, 0, nil, clk.Now)
 	})
 	assert.Zero(t, allocs)
+}
+
+// Once the fleet's throttles fitted a budget's rate, the fleet's schedule
+// alone spaces its releases, and a throttle of one of them goes to the
+// fleet to fit.
+func TestStoreFittedScheduleSpacesAlone(t *testing.T) {
+	tests := []struct {
+		name   string
+		fitted bool
+		gap    time.Duration // between releases after the first
+	}{
+		{"fitted: the schedule's 5 ms", true, 5 * time.Millisecond},
+		{"not fitted: the process's own 20 ms", false, 20 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktest.NewJumping(t0)
+			st := newMemStore(clk.Now)
+			st.active["graph.test"] = true
+			st.paces["users"] = options.Pace{Rate: 50, Burst: 1}
+			if tt.fitted {
+				st.fitted["users"] = 5 * time.Millisecond
+			}
+			q := New(clk, options.QueueOptions{Store: st})
+			ctx := context.WithValue(context.Background(), queueKey{}, q)
+			var sent []time.Time
+			var last *http.Request
+			var pass Pass
+			for i := range 5 {
+				last = get(t, graph+"/v1.0/users/"+string(rune('a'+i)), "")
+				p, err := q.Admit(ctx, last, time.Time{}, time.Time{}, nil)
+				require.NoError(t, err)
+				sent = append(sent, p.Sent)
+				pass = p
+				if i < 4 {
+					q.Report(last, p, Succeeded, 0, nil, clk.Now)
+				}
+			}
+			for i := 2; i < len(sent); i++ {
+				assert.InDelta(t, tt.gap, sent[i].Sub(sent[i-1]), float64(2*time.Millisecond), "release %d", i)
+			}
+			clk.Advance(3 * time.Millisecond)
+			q.Report(last, pass, Throttled, time.Second, nil, clk.Now)
+			require.Len(t, st.throttles, 1, "the fleet hears of a throttle of its schedule's release")
+			assert.Equal(t, fleetThrottle{"users", 3 * time.Millisecond, time.Second}, st.throttles[0])
+		})
+	}
 }

@@ -72,8 +72,15 @@ type node struct {
 	// budget is what the server last announced of the node's budget in
 	// rate-limit headers: a hint, which its pacer learns from when it says
 	// the budget is spent.
-	budget    announced
-	inflight  int
+	budget   announced
+	inflight int
+	// fitted is until when the fleet's schedule of the node, with a
+	// store, runs at a rate the fleet fitted: it alone spaces the node's
+	// releases, and the node's own pacer only learns.
+	fitted time.Time
+	// reserving counts this process's round trips for slots of the
+	// fleet's schedule of the node under way.
+	reserving int
 	successes waveCount // successes below it since it exists
 	throttles waveCount // throttles below it, counted the same way
 	even      evenness

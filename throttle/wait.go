@@ -92,7 +92,28 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 					continue
 				}
 			}
-			at := later(w.eligible, q.next(n, now))
+			// A schedule the fleet fitted spaces the budget's releases
+			// alone; its own pacer only learns.
+			fitted := n.fitted.After(now)
+			next := now
+			if !fitted {
+				next = q.next(n, now)
+			}
+			if fitted && n.reserving >= maxReserving && !w.eligible.After(now) {
+				// Its turn comes when a reservation under way returns.
+				s.mu.Unlock()
+				held(now, now.Add(time.Nanosecond))
+				err = wait.Woken(ctx, q.clock, -1, w.wake)
+				s.mu.Lock()
+				if err != nil {
+					n.waiters.remove(w)
+					q.dropIdle(s, n, q.clock.Now())
+					s.mu.Unlock()
+					return Pass{}, err
+				}
+				continue
+			}
+			at := later(w.eligible, next)
 			if !deadline.IsZero() && at.After(deadline) && named && !w.eligible.After(deadline) {
 				// The pace would start past the deadline, but the time the
 				// server named fits: the request waits that and no more,
@@ -113,20 +134,47 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				if n.live(now, q.recovery) {
 					p.budget = n
 					n.inflight++
-					if n.paces(now, q.recovery) {
-						n.pacer.sent(now)
-					}
+				}
+				if n.paces(now, q.recovery) && !fitted {
+					// While the fleet's schedule spaces the releases, the
+					// pacer keeps what it knew for when the store fails:
+					// releases at the fleet's rate would run its slots
+					// far ahead of its own.
+					n.pacer.sent(now)
+				}
+				if follows {
+					n.reserving++
 				}
 				q.dropIdle(s, n, now)
 				s.mu.Unlock()
-				if follows {
-					// Its slot in the fleet's schedule, so that the
-					// processes' releases interleave.
-					if err := q.follow(ctx, t.host, s, n, share, now, deadline); err != nil {
-						return Pass{}, err
-					}
+				if !follows {
+					return p, nil
 				}
-				return p, nil
+				// Its slot in the fleet's schedule, so that the processes'
+				// releases interleave.
+				took, err := q.follow(ctx, t.host, s, n, share, now, deadline, fitted)
+				switch {
+				case err != nil:
+					return Pass{}, err
+				case took || !fitted:
+					p.fleet = took && p.budget != nil
+					return p, nil
+				}
+				// The store did not answer, and nothing spaced the release:
+				// the budget's own pacer does, from now on.
+				s.mu.Lock()
+				if p.budget != nil {
+					n.inflight = max(n.inflight-1, 0)
+				}
+				if m := q.room(s, keys, e, q.clock.Now()); m != nil {
+					n = m
+					s.seq++
+					w.seq = s.seq
+					n.waiters.push(w)
+					continue
+				}
+				s.mu.Unlock()
+				return Pass{}, wait.Until(ctx, q.clock, notBefore)
 			}
 			s.mu.Unlock()
 			held(now, at)
