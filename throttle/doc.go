@@ -102,12 +102,18 @@
 //     holds reads the fleet's state once (State, at most once a second):
 //     the holds become its held paths and URLs, each budget's pace (one
 //     process's) a budget paced at it, which its own answers tune from
-//     then on. Each process's pacer learns and releases its own share; a
-//     request it releases then takes its slot in the budget's fleet-wide
-//     schedule (Reserve, one round trip), which runs at the sum of the
-//     processes' paces with fleetHeadroom, so that the fleet's releases
-//     interleave instead of bunching, and a throttle met on the schedule
-//     slows the process that met it, and so the sum. The store fails open:
+//     then on. A request a budget's pacer releases takes its slot in
+//     the budget's fleet-wide schedule (Reserve, one round trip), which
+//     sees every release of the fleet. Until the fleet's throttles fit a
+//     rate it runs at the sum of the processes' paces with fleetHeadroom,
+//     so that their releases interleave; each throttle of a release it
+//     made is told to it (Throttled), and from two throttles it fits the
+//     budget's one rate (what the fleet sent between them, less what was
+//     throttled, over the time between), which it then runs at alone: the
+//     process adds no spacing of its own, keeps at most maxReserving
+//     reservations under way per budget, and its pacer only learns, for
+//     when the store fails. One rate, not a share per process, so that a
+//     process whose work ends first leaves nothing unused. The store fails open:
 //     an error leaves every decision local, and its calls are bounded by
 //     the store's own timeout, never a hold past the request's limits.
 //     A host no process saw throttled costs one lookup in the store's
