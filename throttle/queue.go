@@ -151,6 +151,11 @@ func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadlin
 // much of its budget is left. back returns when the answer came; it is
 // called only when needed.
 func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration, header http.Header, back func() time.Time) {
+	// Every answer may sweep, not only a new host's: hosts idle past the
+	// recovery window are then forgotten while the queue serves only
+	// hosts it knows. It costs an atomic load, and a pass over the hosts
+	// once a window.
+	q.sweep(p.Sent)
 	var (
 		b         ratelimit.Budget
 		announces bool

@@ -427,9 +427,10 @@ func TestIdleHostsForgotten(t *testing.T) {
 
 // TestPruneKeepsNewest checks that past MaxTracked exactly the newest
 // throttles are kept, also when many end at the same instant (one
-// HTTP-date for many URLs), and that MaxTracked 1 keeps the newest.
+// HTTP-date for many URLs), and that MaxTracked 1 keeps the newest. 5 of
+// 20 is the probe: the newest quarter kept, not none.
 func TestPruneKeepsNewest(t *testing.T) {
-	for _, maxTracked := range []int{1, 3, 12} {
+	for _, maxTracked := range []int{1, 3, 5, 12} {
 		q := New(clocktest.New(t0), options.QueueOptions{MaxTracked: maxTracked})
 		const n = 20
 		// Each throttle its own: a second apart, so that none spreads to
