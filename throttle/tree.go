@@ -39,6 +39,14 @@ const (
 	// a few locked items among many served ones (5 % of a drive's) throttle
 	// a few whatever the pace, and slowing everyone would not help them.
 	minThrottleShare = 0.2
+	// overrunChance is the chance below which a node's share of throttles
+	// is taken to be at least minThrottleShare: a drive whose locked items
+	// (5 %) throttle its requests shows two throttles among its first ten
+	// answers one time in twelve, and that draw must not make every
+	// request below it wait for a pace; two throttles with no success
+	// (0.2² = 0.04 by chance) still make a budget, as the seed's 5-n rule
+	// has it for the items of a folder.
+	overrunChance = 0.05
 	// maxKids bounds the children whose traffic a budget tallies one by
 	// one; children with little traffic are folded into one tally.
 	maxKids = 32
@@ -94,13 +102,14 @@ type mark struct {
 }
 
 // overrun reports whether throttles are at least minThrottleShare of the
-// answers below n in the current and the previous second; before, counts
-// the host's successes from before its first throttle, which no node was
+// answers below n in the current and the previous second, beyond chance
+// (overrunChance). before counts the
+// host's successes from before its first throttle, which no node was
 // there to count.
 func (n *node) overrun(before *waveCount) bool {
 	thr := n.throttles.cur.Load() + n.throttles.prev.Load()
 	ok := n.successes.cur.Load() + n.successes.prev.Load() + before.cur.Load() + before.prev.Load()
-	return float64(thr) >= minThrottleShare*float64(thr+ok)
+	return atLeastChance(int(thr+ok), int(thr), minThrottleShare) < overrunChance
 }
 
 // need is how many distinct throttled children make a node at depth the
@@ -231,6 +240,22 @@ func (e *evenness) uneven() ([]string, bool) {
 		}
 	}
 	return hot, found
+}
+
+// atLeastChance bounds the chance of at least k throttles among n answers
+// at ratio p (Chernoff), 1 when k is not above the mean.
+func atLeastChance(n, k int, p float64) float64 {
+	if n == 0 {
+		return 1
+	}
+	q := float64(k) / float64(n)
+	if q <= p {
+		return 1
+	}
+	if q >= 1 {
+		return math.Pow(p, float64(n))
+	}
+	return math.Exp(-float64(n) * (q*math.Log(q/p) + (1-q)*math.Log((1-q)/(1-p))))
 }
 
 // binomialTail bounds the chance of at most k throttles among n answers
