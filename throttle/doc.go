@@ -31,9 +31,10 @@
 //     throttle goes to the widest node n segments below the root whose
 //     distinct children had a throttle within spreadWindow reach 5-n (at
 //     least minSpread) while throttles are at least minThrottleShare of
-//     its recent answers beyond chance (overrunChance: a few locked items
-//     among many served ones are not an overrun budget, and two of them
-//     among a drive's first ten answers are a draw, not evidence). The host is n = 0 and its children are its APIs:
+//     its recent answers (a few locked items among many served ones are
+//     not an overrun budget); where two children are enough, that share
+//     must be beyond chance (overrunChance: two locked items among a
+//     drive's first ten answers are a draw, not evidence). The host is n = 0 and its children are its APIs:
 //     five throttled APIs make the host one budget; four throttled users
 //     make the users API one. Requests to one item throttled together
 //     (sent before its last throttle came back) make the item a budget of

@@ -102,13 +102,19 @@ type mark struct {
 }
 
 // overrun reports whether throttles are at least minThrottleShare of the
-// answers below n in the current and the previous second, beyond chance
-// (overrunChance). before counts the
+// answers below n in the current and the previous second; where two
+// throttled children make n a budget (deep nodes, the 5-n rule's
+// minSpread), beyond chance (overrunChance). before counts the
 // host's successes from before its first throttle, which no node was
 // there to count.
 func (n *node) overrun(before *waveCount) bool {
 	thr := n.throttles.cur.Load() + n.throttles.prev.Load()
 	ok := n.successes.cur.Load() + n.successes.prev.Load() + before.cur.Load() + before.prev.Load()
+	if need(n.depth) > minSpread {
+		// Three or more distinct throttled children are evidence enough
+		// of their number; the share guards against locked items alone.
+		return float64(thr) >= minThrottleShare*float64(thr+ok)
+	}
 	return atLeastChance(int(thr+ok), int(thr), minThrottleShare) < overrunChance
 }
 

@@ -451,3 +451,35 @@ func TestPruneKeepsNewest(t *testing.T) {
 		}
 	}
 }
+
+// TestOverrunBeyondChance checks when a node's share of throttles makes it
+// an overrun budget: a fifth of its answers where three or more throttled
+// children are needed anyway, and beyond chance where two are (a drive's
+// few locked items among its first answers are a draw).
+func TestOverrunBeyondChance(t *testing.T) {
+	tests := []struct {
+		name           string
+		depth          int
+		throttles, oks int
+		want           bool
+	}{
+		{"an API, a fifth throttled", 1, 4, 16, true},
+		{"an API, under a fifth", 1, 4, 17, false},
+		{"items, two throttled and nothing served", 3, 2, 0, true},
+		{"items, two locked among ten answers", 3, 2, 8, false},
+		{"items, half of forty throttled", 3, 20, 20, true},
+		{"items, a fifth of forty throttled", 3, 8, 32, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := &node{depth: tt.depth}
+			for range tt.throttles {
+				n.throttles.add(t0)
+			}
+			for range tt.oks {
+				n.successes.add(t0)
+			}
+			assert.Equal(t, tt.want, n.overrun(&waveCount{}))
+		})
+	}
+}
