@@ -27,7 +27,39 @@ func seedReleases(t *testing.T, s *Store, n int, span, end time.Duration) {
 		zs[i] = redis.Z{Score: float64(sent), Member: fmt.Sprint(sent, i, end)}
 	}
 	require.NoError(t, s.rdb.ZAdd(ctx, s.keys.released("h", "b"), zs...).Err())
-	require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "born", at-time.Minute.Microseconds()).Err())
+	long := at - time.Minute.Microseconds()
+	require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "born", long, "since", long).Err())
+}
+
+// seedRefused records n throttles of budget h/b's releases evenly over the
+// span that ends end before Redis's now, as the processes would have.
+func seedRefused(t *testing.T, s *Store, n int, span, end time.Duration) {
+	t.Helper()
+	if n == 0 {
+		return
+	}
+	ctx := context.Background()
+	now, err := s.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	at := now.UnixMicro() - end.Microseconds()
+	zs := make([]redis.Z, n)
+	for i := range zs {
+		sent := at - span.Microseconds() + int64(i)*span.Microseconds()/int64(n)
+		zs[i] = redis.Z{Score: float64(sent), Member: fmt.Sprint("refused", sent, i)}
+	}
+	require.NoError(t, s.rdb.ZAdd(ctx, s.keys.refused("h", "b"), zs...).Err())
+}
+
+// fitSchedule sets the schedule of budget of host as the fleet's throttles
+// would have fitted it at rate, an hour before it probes above: a schedule
+// that spaces releases at exactly that rate.
+func fitSchedule(t *testing.T, s *Store, host, budget string, rate float64) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := s.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule(host, budget), "rate", rate, "since", now.UnixMicro(),
+		"hold", time.Hour.Microseconds(), "born", now.UnixMicro()).Err())
 }
 
 func fittedRate(t *testing.T, s *Store) float64 {
@@ -41,23 +73,25 @@ func fittedRate(t *testing.T, s *Store) float64 {
 
 // From one throttle to the next the server's bucket refilled at its rate
 // and every token went to a request the fleet sent: the schedule runs at
-// what got through between them.
+// what got through between them, when the fleet sent at least the
+// schedule's rate meanwhile.
 func TestThrottledFitsTheFleetsRate(t *testing.T) {
 	tests := []struct {
 		name     string
 		before   int           // releases over the 250 ms before the first throttle
 		released int           // releases between the two throttles
-		shares   float64       // the processes' paces before the fit
+		refused  int           // throttles among them
+		shares   float64       // the processes' paces, where the search began
 		held     float64       // the rate held after the first throttle
-		want     float64       // the fitted rate
+		want     float64       // the rate after the second
 		fitted   bool          // the second throttle fitted a rate
 		span     time.Duration // between the two throttles
 	}{
-		{"fits what got through", 150, 401, 1000, 600, 400 * fitShare, true, time.Second},
-		{"held at the shares when lower", 150, 401, 500, 500, 400 * fitShare, true, time.Second},
-		{"at most halves", 200, 41, 1000, 800, 400, true, time.Second},
-		{"too few releases", 150, 10, 1000, 600, 600, false, time.Second},
-		{"too short a span", 150, 30, 1000, 600, 600, false, 20 * time.Millisecond},
+		{"fits what got through", 150, 600, 200, 1000, 600, 400 * fitShare, true, time.Second},
+		{"at most halves", 200, 800, 760, 1000, 800, 400, true, time.Second},
+		{"a span the fleet did not fill", 150, 300, 0, 1000, 600, 600, false, time.Second},
+		{"too few releases", 150, 10, 0, 1000, 600, 600, false, time.Second},
+		{"too short a span", 150, 30, 0, 1000, 600, 600, false, 20 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,6 +102,7 @@ func TestThrottledFitsTheFleetsRate(t *testing.T) {
 			require.NoError(t, s.rdb.Del(ctx, s.keys.released("h", "b")).Err())
 			seedReleases(t, s, tt.before, recentSpan, tt.span)
 			seedReleases(t, s, tt.released, tt.span, 0)
+			seedRefused(t, s, tt.refused, tt.span, 0)
 
 			// The first throttle, sent span ago, marks the bucket empty
 			// and holds the rate the fleet sent at just before it.
@@ -75,7 +110,7 @@ func TestThrottledFitsTheFleetsRate(t *testing.T) {
 			assert.InDelta(t, tt.held, fittedRate(t, s), tt.held/20)
 			slot, err := s.Reserve(ctx, "h", "b", Pace{Rate: 1, Burst: 1}, time.Minute)
 			require.NoError(t, err)
-			assert.True(t, slot.Fitted, "the schedule alone spaces the fleet from the first throttle on")
+			assert.True(t, slot.Fitted, "the schedule alone spaces the fleet")
 
 			// The second, sent now.
 			require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
@@ -86,26 +121,30 @@ func TestThrottledFitsTheFleetsRate(t *testing.T) {
 			if tt.fitted {
 				assert.Equal(t, (6 * time.Second).Microseconds(), hold, "twice the Retry-After")
 			} else {
-				assert.Equal(t, maxSpan.Microseconds(), hold, "waiting for the throttle that fits")
+				assert.Equal(t, probeAfter.Microseconds(), hold, "the mark's, until a throttle fits")
 			}
 		})
 	}
 }
 
 // A throttle of a request sent before the last change of the rate, or so
-// soon after that it met the same congestion, changes nothing; nor does
-// one in the fleet's first second, when some of its sends went unscheduled.
+// soon after that it met the same congestion, changes nothing. One in the
+// fleet's first second, when some of its sends went unscheduled, stops
+// the search but fits nothing.
 func TestThrottledIgnoresTheSameCongestion(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, shared)
 	_, err := s.Reserve(ctx, "h", "b", Pace{Rate: 1000, Burst: 1}, time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
-	_, err = s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "rate").Result()
-	require.ErrorIs(t, err, redis.Nil, "a schedule born now is still settling")
+	step, err := s.rdb.HExists(ctx, s.keys.schedule("h", "b"), "step").Result()
+	require.NoError(t, err)
+	assert.False(t, step, "the throttle stopped the search")
+	assert.InDelta(t, 1000, fittedRate(t, s), 100, "a schedule born now fits nothing yet")
 
 	seedReleases(t, s, 150, recentSpan, time.Second)
-	seedReleases(t, s, 401, time.Second, 0)
+	seedReleases(t, s, 600, time.Second, 0)
+	seedRefused(t, s, 200, time.Second, 0)
 	require.NoError(t, s.Throttled(ctx, "h", "b", time.Second, 3*time.Second))
 	require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
 	fit := fittedRate(t, s)
@@ -116,6 +155,37 @@ func TestThrottledIgnoresTheSameCongestion(t *testing.T) {
 	// Sent 2 s ago, before the fit.
 	require.NoError(t, s.Throttled(ctx, "h", "b", 2*time.Second, 3*time.Second))
 	assert.Equal(t, fit, fittedRate(t, s))
+}
+
+// The schedule's first release begins the fleet's search for the budget's
+// rate: from the pace of the process that made it, doubling every
+// searchDoubling, as one process's pacer searches.
+func TestReserveSearches(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, shared)
+	res, err := s.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
+	require.NoError(t, err)
+	assert.True(t, res.Fitted, "the schedule alone spaces the fleet from its first release")
+	assert.InDelta(t, 10, fittedRate(t, s), 0.01)
+	step, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "step").Int64()
+	require.NoError(t, err)
+	assert.Equal(t, searchDoubling.Microseconds(), step)
+	// Pretend the search began five doublings ago: it runs at 32 times the
+	// first pace now, a slot every 3.125 ms.
+	now, err := s.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "since", now.UnixMicro()-5*searchDoubling.Microseconds(),
+		"tat", now.UnixMicro()).Err())
+	var last time.Duration
+	for range 40 {
+		res, err := s.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
+		require.NoError(t, err)
+		last = res.Wait
+	}
+	// A burst of a tenth of a second (32 slots), then a slot every
+	// 3.125 ms: the 40th waits 25 ms, a little less as the search goes on.
+	assert.LessOrEqual(t, last, 25*time.Millisecond+slack)
+	assert.GreaterOrEqual(t, last, 5*time.Millisecond, "at 10/s it would wait 4 s")
 }
 
 func TestThrottledRejectsNegativeDurations(t *testing.T) {

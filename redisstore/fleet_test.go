@@ -25,11 +25,12 @@ import (
 // time (Unix ns), before it exits.
 const fleetChildEnv = "REDISSTORE_FLEET_CHILD"
 
-// fleetPace is the budget the fleet shares: 200 requests/s, 8 at once,
-// given as four equal shares by the four processes.
+// fleetFitted is the rate the fleet's throttles fitted for the budget the
+// fleet shares, which allows a burst of a tenth of a second of it;
+// fleetShare is the pace each of the four processes gives.
 var (
-	fleetPace  = Pace{Rate: 200, Burst: 8}
-	fleetShare = Pace{Rate: 50, Burst: 2}
+	fleetFitted = 200.0
+	fleetShare  = Pace{Rate: 50, Burst: 2}
 )
 
 // fleetChild runs one process of the fleet and returns its exit code.
@@ -71,12 +72,13 @@ func fleetChild(spec string) int {
 }
 
 // Separate OS processes, each with its own store and client, share one
-// budget's schedule: together they send no faster than its pace. Alone,
+// budget's schedule: together they send no faster than its fitted rate. Alone,
 // each would spend the whole burst and rate itself, and the fleet would go
 // four times as fast.
 func TestFleetOfProcessesSharesOneSchedule(t *testing.T) {
 	const procs, each = 4, 50
 	prefix := testPrefix(t)
+	fitSchedule(t, newStoreOn(t, newClient(t, shared), WithPrefix(prefix)), "graph.microsoft.com", "users", fleetFitted)
 	var cmds []*exec.Cmd
 	var outs []*bytes.Buffer
 	for range procs {
@@ -107,7 +109,7 @@ func TestFleetOfProcessesSharesOneSchedule(t *testing.T) {
 	// began reserving; the k-th send is no earlier than the k-th slot, so
 	// the last is no earlier than the last slot.
 	last := time.Duration(slices.Max(sent) - began)
-	least := time.Duration(float64(len(sent)-fleetPace.Burst) / fleetPace.Rate * float64(time.Second))
+	least := time.Duration(float64(len(sent)-int(fleetFitted*minBurst)) / fleetFitted * float64(time.Second))
 	t.Logf("%d processes sent %d requests %v after they began; the pace allows it after %v at the soonest",
 		procs, len(sent), last, least)
 	assert.GreaterOrEqual(t, last, least)

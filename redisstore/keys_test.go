@@ -56,7 +56,7 @@ func TestKeyMemory(t *testing.T) {
 		{s.keys.holds(crowded), "holds, 1024 (the cap)", 180_000},
 		{s.keys.pace(host), "paces, 10 budgets", 1000},
 		{s.keys.announced(host), "announced, 10 budgets", 700},
-		{s.keys.schedule(host, "users"), "schedule, one budget", 200},
+		{s.keys.schedule(host, "users"), "schedule, one budget", 250},
 		{s.keys.released(host, "users"), "send times, 400", 50_000},
 		{s.keys.refused(host, "users"), "throttle times, 1", 200},
 		{s.keys.slots(host, "users/00000000-0000-0000-0000-000000000000"), "slots, 4 held", 500},

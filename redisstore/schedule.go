@@ -45,6 +45,13 @@ const (
 	// A server whose budget doubled is followed within about 2 s.
 	probeAfter    = 500 * time.Millisecond
 	probeDoubling = 2 * time.Second
+	// searchDoubling is how fast the fleet's search for a budget's rate
+	// doubles, from its first release until a throttle stops it: as one
+	// process's pacer searches, once per round trip of a nearby server,
+	// so that a fleet finds the rate as soon as one process would. The
+	// throttle that stops it reaches the schedule a round trip and a
+	// report later; doubling faster would overshoot by more meanwhile.
+	searchDoubling = 100 * time.Millisecond
 	// minBurst is the burst a fitted schedule allows after a quiet spell,
 	// in seconds of its rate: the server's bucket refills meanwhile too.
 	minBurst = 0.1
@@ -67,6 +74,14 @@ const (
 	// throttle says the server's bucket is dry: long enough to hold
 	// dozens of releases, short enough to be the rate that dried it.
 	recentSpan = 250 * time.Millisecond
+	// minOffered is the least share of the schedule's rate that the fleet
+	// must have released at between two throttles for the fit to read the
+	// server's rate from them. A fleet whose requests all waited out a
+	// Retry-After sends little; the server's bucket, refilling unused,
+	// overflows, and what got through is far below its rate. At 0.8 a
+	// schedule that releases as it should passes with room for timer slack
+	// and the round trips of reservations.
+	minOffered = 0.8
 	// keepHistory is how long the send times of releases and throttles are
 	// kept for the fit: past maxSpan, with room for a slow report.
 	keepHistory = 2 * maxSpan
@@ -104,7 +119,8 @@ func (s *Store) Reserve(ctx context.Context, host, budget string, p Pace, max ti
 		return Reservation{}, fmt.Errorf("redisstore: reserve %s/%s: %w", host, budget, err)
 	}
 	r, err := call(ctx, s, "reserve", func(ctx context.Context) ([]int64, error) {
-		return reserveScript.Run(ctx, s.rdb, s.scheduleKeys(host, budget), s.scheduleArgs(p, max, budget)...).Int64Slice()
+		args := append(s.scheduleArgs(p, max, budget), searchDoubling.Microseconds())
+		return reserveScript.Run(ctx, s.rdb, s.scheduleKeys(host, budget), args...).Int64Slice()
 	})
 	if err == nil && len(r) != 4 {
 		err = fmt.Errorf("%w: unexpected reply %v", ErrUnavailable, r)
@@ -134,7 +150,7 @@ func (s *Store) Throttled(ctx context.Context, host, budget string, ago, retryAf
 	hold := max(probeAfter, 2*retryAfter)
 	args := append(s.scheduleArgs(Pace{Rate: 1, Burst: 1}, 0, budget),
 		ago.Microseconds(), hold.Microseconds(), fitShare, minSpan.Microseconds(), minReleases, maxSpan.Microseconds(),
-		settle.Microseconds(), recentSpan.Microseconds())
+		settle.Microseconds(), recentSpan.Microseconds(), minOffered, probeAfter.Microseconds())
 	r, err := call(ctx, s, "throttled", func(ctx context.Context) ([]int64, error) {
 		return throttleScript.Run(ctx, s.rdb, s.scheduleKeys(host, budget), args...).Int64Slice()
 	})

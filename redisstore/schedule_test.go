@@ -25,8 +25,9 @@ func assertSlot(t *testing.T, ideal, got time.Duration, first time.Time, msg ...
 func TestReserveSchedule(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, shared)
-	p := Pace{Rate: 10, Burst: 2} // one slot per 100 ms, two at once
-	want := []time.Duration{0, 0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}
+	fitSchedule(t, s, "h", "users", 10) // one slot per 100 ms, one at once
+	p := Pace{Rate: 10, Burst: 2}
+	want := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 400 * time.Millisecond}
 	first := time.Now()
 	for i := range want {
 		res, err := s.Reserve(ctx, "h", "users", p, time.Minute)
@@ -45,6 +46,7 @@ func TestReserveSchedule(t *testing.T) {
 func TestReserveBeyondMaxTakesNothing(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, shared)
+	fitSchedule(t, s, "h", "b", 1)
 	p := Pace{Rate: 1, Burst: 1}
 	first := time.Now()
 	res, err := s.Reserve(ctx, "h", "b", p, time.Second)
@@ -64,8 +66,7 @@ func TestReserveBeyondMaxTakesNothing(t *testing.T) {
 }
 
 // Processes whose clocks disagree by seconds share one schedule: each slot
-// is one interval (at the sum of their paces) after the previous, whoever
-// takes it.
+// is one interval after the previous, whoever takes it.
 func TestReserveAcrossSkewedClocks(t *testing.T) {
 	ctx := context.Background()
 	stores := []*Store{
@@ -73,9 +74,9 @@ func TestReserveAcrossSkewedClocks(t *testing.T) {
 		newStore(t, shared, WithClock(skewed(-skew))),
 		newStore(t, shared),
 	}
-	p := Pace{Rate: 20.0 / 3, Burst: 1} // 20/s, one at a time, for the three
+	fitSchedule(t, stores[2], "h", "b", 20) // a slot every 50 ms
+	p := Pace{Rate: 20.0 / 3, Burst: 1}
 	for _, s := range stores {
-		// Each process gives its pace first: the schedule then runs at the sum.
 		res, err := s.Reserve(ctx, "h", "b", p, time.Minute)
 		ok := res.OK
 		require.NoError(t, err)
@@ -96,29 +97,28 @@ func TestReserveAcrossSkewedClocks(t *testing.T) {
 	}
 }
 
-// The schedule runs at the sum of the paces the processes reserving on it
-// gave; the pace one process releases at is published for State.
-func TestReserveSumsTheProcessesPaces(t *testing.T) {
+// The pace one process of the fleet releases at, the schedule's over the
+// processes reserving on it, is published for State.
+func TestReservePublishesOneProcesssPace(t *testing.T) {
 	ctx := context.Background()
 	a := newStore(t, shared)
 	b := newStore(t, shared, WithPrefix(a.cfg.prefix))
-	res, err := a.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
-	ok := res.OK
-	require.NoError(t, err)
-	require.True(t, ok)
-	res, err = b.Reserve(ctx, "h", "b", Pace{Rate: 30, Burst: 3}, time.Minute)
-	ok = res.OK
-	require.NoError(t, err)
-	require.True(t, ok)
-	// Now at 40/s: each slot 25 ms after the previous.
-	res, err = a.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
-	w1 := res.Wait
-	require.NoError(t, err)
-	first := time.Now()
-	res, err = b.Reserve(ctx, "h", "b", Pace{Rate: 30, Burst: 3}, time.Minute)
-	w2 := res.Wait
-	require.NoError(t, err)
-	assertSlot(t, w1+25*time.Millisecond, w2, first)
+	fitSchedule(t, a, "h", "b", 40)
+	stores := []*Store{a, b, a, b, a, b} // the burst of four, then two more
+	paces := []Pace{{Rate: 10, Burst: 1}, {Rate: 30, Burst: 3}}
+	var waits []time.Duration
+	var first time.Time
+	for i, s := range stores {
+		if i == len(stores)-1 {
+			first = time.Now()
+		}
+		res, err := s.Reserve(ctx, "h", "b", paces[i%2], time.Minute)
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		waits = append(waits, res.Wait)
+	}
+	// At 40/s: each slot past the burst 25 ms after the previous.
+	assertSlot(t, waits[4]+25*time.Millisecond, waits[5], first)
 	st, err := a.State(ctx, "h")
 	require.NoError(t, err)
 	assert.Equal(t, Pace{Rate: 20, Burst: 2}, st.Paces["b"], "one process's pace: the fleet's over two")

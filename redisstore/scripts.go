@@ -152,7 +152,8 @@ return 1
 // history (µs); the throttle script adds [11] ago (µs), [12] hold (µs),
 // [13] fit share, [14] least span (µs), [15] least releases, [16] most
 // span (µs), [17] settling time (µs), [18] the span over which the
-// fleet's recent rate is read (µs).
+// fleet's recent rate is read (µs), [19] the least share of the
+// schedule's rate a span's releases must reach for the fit to read it.
 const fleetRate = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -180,8 +181,9 @@ local function rateAt(at, sched, sum, burst)
   local fitted = tonumber(sched[2])
   if not fitted then return sum, burst, false end
   local r = fitted
+  local step = tonumber(sched[6])
   local beyond = at - tonumber(sched[3]) - tonumber(sched[4])
-  if beyond > 0 then r = fitted * 2 ^ math.min(beyond / tonumber(ARGV[8]), 30) end
+  if beyond > 0 then r = fitted * 2 ^ math.min(beyond / (step or tonumber(ARGV[8])), 30) end
   return r, math.max(1, math.floor(r * tonumber(ARGV[9]))), true
 end
 local function keep(k)
@@ -215,7 +217,14 @@ var reserveScript = redis.NewScript(fleetRate + `
 redis.call('HSET', KEYS[2], ARGV[4], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. string.format('%.0f', now))
 redis.call('PEXPIRE', KEYS[2], math.ceil(window / 1000) + 1)
 local sum, sburst, n = shares()
-local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold')
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step')
+if not sched[2] then
+  -- The schedule's first release begins the fleet's search for the
+  -- budget's rate: from the processes' paces, doubling every ARGV[11],
+  -- until a throttle stops it.
+  sched[2], sched[3], sched[4], sched[6] = string.format('%.6g', math.max(sum, 1)), string.format('%.0f', now), '0', ARGV[11]
+  redis.call('HSET', KEYS[1], 'rate', sched[2], 'since', sched[3], 'hold', sched[4], 'step', sched[6])
+end
 local rate, burst, fitted = rateAt(now, sched, sum, sburst)
 redis.call('HSET', KEYS[3], ARGV[7], string.format('%.6g %d', rate / n, math.max(1, math.floor(burst / n))))
 redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[5]))
@@ -250,9 +259,11 @@ return {1, wait, math.floor(rate * 1000), f}
 // own round trip after it, is the congestion that change answered, seen
 // late; it is counted, and changes nothing. The first throttle after a
 // change marks the bucket empty and holds the rate at what the fleet sent
-// just before (stopping a probe) until a later one, at least ARGV[14] and ARGV[15] releases on, fits
-// it; a mark older than ARGV[16] is too old to say what the bucket did since
-// and is marked anew.
+// just before (stopping a probe) until a later one, at least ARGV[14] and
+// ARGV[15] releases on, fits it; a mark older than ARGV[16] is too old to
+// say what the bucket did since, and a span over which the fleet released
+// at less than ARGV[19] of the schedule's rate left the bucket room to
+// fill: either is marked anew, the rate unchanged.
 //
 // Returns {changed (0 or 1), rate (milli-requests per s)}.
 var throttleScript = redis.NewScript(fleetRate + `
@@ -260,7 +271,7 @@ local ago = tonumber(ARGV[11])
 local sent = now - ago
 redis.call('ZADD', KEYS[5], sent, string.format('%.0f %s', now, ARGV[4]))
 keep(KEYS[5])
-local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark')
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step')
 local sum, sburst = shares()
 local rate = rateAt(sent, sched, sum, sburst)
 if rate <= 0 then return {0, 0} end
@@ -269,12 +280,20 @@ if since and sent <= since + 2 * ago then return {0, math.floor(rate * 1000)} en
 -- The first of the fleet's releases meet what its processes sent before
 -- they knew of the throttle, which no schedule counts.
 local born = tonumber(redis.call('HGET', KEYS[1], 'born'))
-if not born or sent < born + tonumber(ARGV[17]) then return {0, math.floor(rate * 1000)} end
+if not born or sent <= born then return {0, math.floor(rate * 1000)} end
 local mark = tonumber(sched[5])
 local span = 0
 if mark then span = sent - mark end
-if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) then
+if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) and sent >= born + tonumber(ARGV[17]) then
   local released = redis.call('ZCOUNT', KEYS[4], '(' .. mark, sent)
+  -- A fleet that sent well under the schedule's rate left the server's
+  -- bucket time to fill, and what got through says only that the rate is
+  -- at least that: the span starts anew here, at the same rate.
+  local offered = released * 1000000 / span
+  if offered < tonumber(ARGV[19]) * rateAt(mark, sched, sum, sburst) then
+    redis.call('HSET', KEYS[1], 'mark', string.format('%.0f', sent))
+    return {0, math.floor(rate * 1000)}
+  end
   if released >= tonumber(ARGV[15]) then
     local refused = redis.call('ZCOUNT', KEYS[5], '(' .. mark, sent)
     local fit = math.max(released - refused, 1) * 1000000 / span * tonumber(ARGV[13])
@@ -283,6 +302,7 @@ if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) then
     rate = math.max(fit, rate / 2)
     redis.call('HSET', KEYS[1], 'rate', string.format('%.6g', rate), 'since', string.format('%.0f', now),
       'hold', ARGV[12], 'mark', string.format('%.0f', sent))
+    redis.call('HDEL', KEYS[1], 'step')
     expire(tonumber(sched[1]))
     return {1, math.floor(rate * 1000)}
   end
@@ -292,11 +312,14 @@ if mark and span >= 0 and span <= tonumber(ARGV[16]) then return {0, math.floor(
 -- against it. Meanwhile the fleet sends at what it sent just before,
 -- which ran the bucket dry: a little above the server's rate, and no
 -- more, however far the schedule's rate had risen while it probed.
-local recent = tonumber(ARGV[18])
-local just = redis.call('ZCOUNT', KEYS[4], sent - recent, sent) * 1000000 / recent
-if just >= 1 and just < rate then rate = just end
+local recent = math.min(tonumber(ARGV[18]), sent - born)
+if recent >= tonumber(ARGV[14]) then
+  local just = redis.call('ZCOUNT', KEYS[4], sent - recent, sent) * 1000000 / recent
+  if just >= 1 and just < rate then rate = just end
+end
 redis.call('HSET', KEYS[1], 'mark', string.format('%.0f', sent), 'rate', string.format('%.6g', rate),
-  'since', string.format('%.0f', now), 'hold', string.format('%.0f', tonumber(ARGV[16])))
+  'since', string.format('%.0f', now), 'hold', ARGV[20])
+redis.call('HDEL', KEYS[1], 'step')
 expire(tonumber(sched[1]))
 return {1, math.floor(rate * 1000)}
 `)

@@ -106,12 +106,13 @@
 //     process's) a budget paced at it, which its own answers tune from
 //     then on. A request a budget's pacer releases takes its slot in
 //     the budget's fleet-wide schedule (Reserve, one round trip), which
-//     sees every release of the fleet. Until the fleet's throttles fit a
-//     rate it runs at the sum of the processes' paces with fleetHeadroom,
-//     so that their releases interleave; each throttle of a release it
-//     made is told to it (Throttled), and from two throttles it fits the
+//     sees every release of the fleet. From its first release it searches
+//     for the budget's rate as one process's pacer does, for the whole
+//     fleet; each throttle of a release it made is told to it (Throttled):
+//     the first stops the search, and from two throttles it fits the
 //     budget's one rate (what the fleet sent between them, less what was
-//     throttled, over the time between), which it then runs at alone: the
+//     throttled, over the time between, when the fleet kept the schedule
+//     busy meanwhile). The schedule alone spaces the releases: the
 //     process adds no spacing of its own, keeps at most maxReserving
 //     reservations under way per budget, and its pacer only learns, for
 //     when the store fails. One rate, not a share per process, so that a

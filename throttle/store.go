@@ -26,12 +26,12 @@ const (
 	// activity never lapse while the host throttles, rarely enough to cost
 	// nothing.
 	markEvery = time.Minute
-	// fleetHeadroom is how much faster than the sum of its processes' own
-	// paces the fleet's schedule runs. Each process's pacer learns its
-	// share and releases at it; the schedule only spaces the releases of
-	// the fleet so that they interleave instead of bunching. At the very
-	// sum of the paces, two gates at one rate would queue behind each
-	// other and the fleet would fall behind the pace it learned.
+	// fleetHeadroom is how much faster than its own pacer's rate a process
+	// gives its pace to the fleet's schedule, where the schedule's search
+	// for the budget's rate begins (and the pace a joining process starts
+	// from): a process's own rate is its share of what the server allows,
+	// and beginning the fleet's search a little above it costs a doubling
+	// less.
 	fleetHeadroom = 1.25
 	// maxFollow bounds the wait for a fleet slot of a request that has no
 	// limit of its own: no slot of a schedule at a learned pace is that far.
