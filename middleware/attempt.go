@@ -31,6 +31,21 @@ type answer struct {
 	built, asked bool
 	delay        time.Duration
 	retry        bool
+	// The wait the answer's Retry-After names, parsed once for both the
+	// queue and the policy.
+	named            time.Duration
+	hasNamed, parsed bool
+}
+
+// namedWait returns the wait the answer's Retry-After (or its
+// millisecond variants) names, and whether it names one; it is read from
+// the header once, when first asked.
+func (ans *answer) namedWait() (time.Duration, bool) {
+	if !ans.parsed && ans.resp != nil {
+		ans.named, ans.hasNamed = RetryAfter(ans.resp.Header, ans.back.now())
+		ans.parsed = true
+	}
+	return ans.named, ans.hasNamed
 }
 
 // newAnswer returns the answer to attempt req, resp or err, which leads to
@@ -54,7 +69,7 @@ func (ans *answer) attempt() options.Attempt {
 	case ans.batch.answeredByItems():
 		ans.a.RetryAfter, ans.a.HasRetryAfter = ans.batch.wait, ans.batch.named
 	case ans.resp != nil:
-		ans.a.RetryAfter, ans.a.HasRetryAfter = RetryAfter(ans.resp.Header, now)
+		ans.a.RetryAfter, ans.a.HasRetryAfter = ans.namedWait()
 	}
 	ans.built = true
 	return ans.a

@@ -81,6 +81,9 @@ type itemAnswer struct {
 	back time.Time // when its answer came
 }
 
+// backAt returns when the item's answer came, for the queue.
+func (a *itemAnswer) backAt() time.Time { return a.back }
+
 // completeBatch returns the batchRun of a request that is a JSON batch
 // to complete, after routing the run's attempts through it; nil for any
 // other request, which the handler treats as usual.
@@ -191,17 +194,21 @@ func (b *batchRun) learn(q *throttle.Queue, ans *answer) {
 		if a.Status == http.StatusFailedDependency {
 			continue // the item was never run
 		}
-		back := func() time.Time { return a.back }
-		outcome, hold, policyHold := verdict(a.Status, a.Header, back)
+		var wait time.Duration
+		var named bool
+		if namesItsWait(a.Status) {
+			wait, named = RetryAfter(a.Header, a.back)
+		}
+		outcome, hold, policyHold := verdict(a.Status, wait, named)
 		if outcome == throttle.Unavailable {
-			outcome = q.Refused(b.req, throttle.Pass{}, a.back)
+			outcome = q.Refused(b.req, q.Bypass(a.sent), a.back)
 			policyHold = outcome == throttle.Throttled
 		}
 		if policyHold {
 			hold = ans.policyHold()
 		}
 		if outcome != throttle.Failed {
-			q.ReportItem(a.request(b.req), a.sent, outcome, hold, a.Header, back)
+			q.ReportItem(a.request(b.req), a.sent, outcome, hold, a.Header, a.backAt)
 		}
 	}
 	b.answers = b.answers[:0]

@@ -293,14 +293,16 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (thrott
 	if retry > 0 {
 		now = r.h.clock.Now()
 	}
+	// No attempt is made on these returns: their pass is never reported.
 	if ctx.Err() != nil {
-		return throttle.Pass{Sent: now}, "", ctx.Err()
+		return throttle.Pass{}, "", ctx.Err()
 	}
 	if held, err := r.passGate(ctx, retry, &notBefore, now); held != "" || err != nil {
-		return throttle.Pass{Sent: now}, held, err
+		return throttle.Pass{}, held, err
 	}
 	var pass throttle.Pass
 	var err error
+	sent := now
 	switch q := r.queue(); {
 	case q != nil && q.Active(r.req):
 		deadline, limit := r.holdDeadline(ctx, now)
@@ -323,15 +325,19 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (thrott
 				return pass, limit, nil
 			}
 			// No answer in hand: the server answers this one.
-			pass.Sent, err = r.h.clock.Now(), nil
+			pass, err = q.Bypass(r.h.clock.Now()), nil
 		}
+		sent = pass.Sent
 	case notBefore.After(now):
 		err = wait.Until(ctx, r.h.clock, notBefore)
-		pass.Sent = r.h.clock.Now()
-	default:
-		return throttle.Pass{Sent: now}, "", nil // nothing to wait for
+		sent = r.h.clock.Now()
 	}
-	r.waited += pass.Sent.Sub(now)
+	if q := r.h.queue; q != nil && pass.Sent.IsZero() {
+		// Not the queue's to hold (no throttle of its host, or the request
+		// opted out), but its answer is the queue's to learn from.
+		pass = q.Bypass(sent)
+	}
+	r.waited += sent.Sub(now)
 	return pass, "", err
 }
 
@@ -388,7 +394,13 @@ func (r *run) observe(ans *answer, pass throttle.Pass) throttle.Outcome {
 		outcome = throttle.Succeeded
 	default:
 		var policyHold bool
-		outcome, hold, policyHold = verdict(ans.resp.StatusCode, ans.resp.Header, ans.back.now)
+		status := ans.resp.StatusCode
+		var wait time.Duration
+		var named bool
+		if namesItsWait(status) {
+			wait, named = ans.namedWait()
+		}
+		outcome, hold, policyHold = verdict(status, wait, named)
 		if outcome == throttle.Unavailable {
 			outcome = throttle.Failed
 			if q != nil {
@@ -414,21 +426,31 @@ func (r *run) observe(ans *answer, pass throttle.Pass) throttle.Outcome {
 	return outcome
 }
 
-// verdict is what an answer with status and header tells the throttle
-// queue: its outcome and, for a throttle, how long it holds its target. A
-// 429 without a usable Retry-After holds it for the policy's delay, which
-// the caller knows: policyHold says so. A 503 or 504 is a throttle when
-// it names a Retry-After; a 503 that names none is Unavailable, for the
-// queue to tell a capacity limit (held for the policy's delay, as a bare
-// 429) from an outage. now is read only when needed.
-func verdict(status int, header http.Header, now func() time.Time) (o throttle.Outcome, hold time.Duration, policyHold bool) {
+// namesItsWait reports whether an answer with status is judged by the
+// wait its Retry-After names: a throttle's hold, or what tells a 503 that
+// is a throttle from one that may be an outage. Other answers are judged
+// by their status alone, and their header is never parsed.
+func namesItsWait(status int) bool {
+	return status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable ||
+		status == http.StatusGatewayTimeout
+}
+
+// verdict is what an answer with status tells the throttle queue, given
+// the wait its Retry-After names (named says whether it names one; read
+// only when namesItsWait): its outcome and, for a throttle, how long it
+// holds its target. A 429 without a usable Retry-After holds it for the
+// policy's delay, which the caller knows: policyHold says so. A 503 or 504
+// is a throttle when it names a Retry-After; a 503 that names none is
+// Unavailable, for the queue to tell a capacity limit (held for the
+// policy's delay, as a bare 429) from an outage. The answer is classified
+// here and only here; the header is parsed once, by the caller.
+func verdict(status int, wait time.Duration, named bool) (o throttle.Outcome, hold time.Duration, policyHold bool) {
 	switch {
 	case status == http.StatusTooManyRequests:
-		hold, has := RetryAfter(header, now())
-		return throttle.Throttled, hold, !has
+		return throttle.Throttled, wait, !named
 	case status == http.StatusServiceUnavailable, status == http.StatusGatewayTimeout:
-		if hold, has := RetryAfter(header, now()); has {
-			return throttle.Throttled, hold, false
+		if named {
+			return throttle.Throttled, wait, false
 		}
 		if status == http.StatusServiceUnavailable {
 			return throttle.Unavailable, 0, true

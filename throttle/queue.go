@@ -145,6 +145,13 @@ func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadlin
 	return p, err
 }
 
+// Bypass returns the pass of an attempt sent at sent without waiting in
+// the queue: its request opted out of the queue, or its host was never
+// throttled and Admit was not asked. Hand it to Report all the same: the
+// queue learns from every answer, and a first throttle is how a host
+// becomes one it holds.
+func (q *Queue) Bypass(sent time.Time) Pass { return Pass{Sent: sent} }
+
 // Report tells the queue what the server answered to an admitted attempt
 // of req: o, for a throttle how long it holds its target, and the answer's
 // header (nil for none), whose rate-limit fields, when it has any, say how

@@ -457,3 +457,22 @@ func TestQueueRefused(t *testing.T) {
 		})
 	}
 }
+
+// An attempt that did not wait in the queue is learned from all the same:
+// its throttle is how a host becomes one the queue holds.
+func TestBypassedAttemptIsLearned(t *testing.T) {
+	clk := clocktest.New(t0)
+	q := New(clk, options.QueueOptions{})
+	u, err := url.Parse(graph + "/v1.0/users/1")
+	require.NoError(t, err)
+	req := &http.Request{Method: http.MethodGet, URL: u}
+	require.False(t, q.Active(req))
+	p := q.Bypass(t0)
+	assert.Equal(t, t0, p.Sent)
+	q.Report(req, p, Throttled, time.Second, nil, clk.Now)
+	assert.True(t, q.Active(req))
+	_, err = q.Admit(context.Background(), req, t0, t0.Add(time.Millisecond), nil)
+	var hold *HoldError
+	require.ErrorAs(t, err, &hold)
+	assert.Equal(t, t0.Add(time.Second), hold.Until, "its URL is held for the second the server named")
+}

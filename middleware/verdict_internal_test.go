@@ -1,0 +1,61 @@
+package middleware
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
+	"github.com/kiota-resilience/kiota-resilience-go/throttle"
+)
+
+// An answer is classified in one place, from its status and the wait its
+// Retry-After names.
+func TestVerdict(t *testing.T) {
+	tests := []struct {
+		name       string
+		status     int
+		wait       time.Duration
+		named      bool
+		want       throttle.Outcome
+		hold       time.Duration
+		policyHold bool
+	}{
+		{"a success", http.StatusOK, 0, false, throttle.Succeeded, 0, false},
+		{"a client error", http.StatusNotFound, 0, false, throttle.Succeeded, 0, false},
+		{"a 429 naming its wait", http.StatusTooManyRequests, 3 * time.Second, true, throttle.Throttled, 3 * time.Second, false},
+		{"a bare 429 holds for the policy's delay", http.StatusTooManyRequests, 0, false, throttle.Throttled, 0, true},
+		{"a 503 naming its wait", http.StatusServiceUnavailable, time.Second, true, throttle.Throttled, time.Second, false},
+		{"a bare 503 is for the queue to judge", http.StatusServiceUnavailable, 0, false, throttle.Unavailable, 0, true},
+		{"a 504 naming its wait", http.StatusGatewayTimeout, time.Second, true, throttle.Throttled, time.Second, false},
+		{"a bare 504 is a failure", http.StatusGatewayTimeout, 0, false, throttle.Failed, 0, false},
+		{"a 500 is a failure", http.StatusInternalServerError, 0, false, throttle.Failed, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, hold, policyHold := verdict(tt.status, tt.wait, tt.named)
+			assert.Equal(t, tt.want, o)
+			assert.Equal(t, tt.hold, hold)
+			assert.Equal(t, tt.policyHold, policyHold)
+			if !namesItsWait(tt.status) {
+				assert.False(t, tt.named, "only a 429, 503 or 504 is judged by its wait")
+			}
+		})
+	}
+}
+
+// The header is parsed once per answer: the queue and the policy see the
+// same wait, whatever changes the header after.
+func TestAnswerParsesItsWaitOnce(t *testing.T) {
+	resp := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{"Retry-After": {"3"}}}
+	ans := answer{n: 1, resp: resp, back: reading{clock: clocktest.New(time.Unix(0, 0))}, policy: nil}
+	d, ok := ans.namedWait()
+	assert.True(t, ok)
+	assert.Equal(t, 3*time.Second, d)
+	resp.Header.Set("Retry-After", "7")
+	a := ans.attempt()
+	assert.True(t, a.HasRetryAfter)
+	assert.Equal(t, 3*time.Second, a.RetryAfter, "the wait read for the queue")
+}
