@@ -54,6 +54,22 @@ func limiterShapes() []limiterShape {
 			r.RetryAfter = ra
 			return r
 		}, limit: 5 * time.Second, mostAttempts: 1.1, mostOver: 1.65},
+		// A known miss (docs/benchmarks.md): HAProxy's sliding window counts
+		// the requests it refuses, so a pace that overruns it stays refused
+		// until it stops. The first wave spends 400 at once and is refused
+		// 200 more, which the next second still counts; the pacer, a token
+		// bucket's model, then releases the retries into it and, while the
+		// throttle's wait runs, holds half its rate rather than stop.
+		// 1.55x-2.0x here, as behind the real HAProxy.
+		{name: "HAProxy's stick table, 400 per 1 s counting refusals, Retry-After 1", rule: func() throttletest.Rule {
+			r := shapeRule(throttletest.StickTableLimiter(throttletest.StickTable{Limit: 400, Period: time.Second}))
+			ra, err := throttletest.FixedRetryAfter(1)
+			if err != nil {
+				panic(err)
+			}
+			r.RetryAfter = ra
+			return r
+		}, limit: 4 * time.Second, mostAttempts: 1.4, mostOver: 2.3},
 		{name: "fixed window of 1000 per 10 s", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.FixedWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
 		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.06},
