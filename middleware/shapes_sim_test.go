@@ -40,19 +40,23 @@ func shapeRule(l func(string, time.Time) throttletest.Limiter, err error) thrott
 	return throttletest.Rule{Name: "limit", Match: func(*http.Request) (string, bool) { return "", true }, Limiter: l}
 }
 
+// retryAfterRule returns r answering its throttles with Retry-After: secs.
+func retryAfterRule(r throttletest.Rule, secs int64) throttletest.Rule {
+	ra, err := throttletest.FixedRetryAfter(secs)
+	if err != nil {
+		panic(err)
+	}
+	r.RetryAfter = ra
+	return r
+}
+
 func limiterShapes() []limiterShape {
 	const rate, burst = 400.0, 40
 	bucket := throttletest.Bucket{Rate: rate, Burst: burst}
 	rateChange := time.Duration(6 * float64(2000-burst) / (5 * rate) * float64(time.Second))
 	return []limiterShape{
 		{name: "Retry-After 3 s on a 40-token bucket at 400/s", rule: func() throttletest.Rule {
-			r := shapeRule(throttletest.BucketLimiter(bucket), nil)
-			ra, err := throttletest.FixedRetryAfter(3)
-			if err != nil {
-				panic(err)
-			}
-			r.RetryAfter = ra
-			return r
+			return retryAfterRule(shapeRule(throttletest.BucketLimiter(bucket), nil), 3)
 		}, limit: 5 * time.Second, mostAttempts: 1.1, mostOver: 1.65},
 		// A known miss (docs/benchmarks.md): HAProxy's sliding window counts
 		// the requests it refuses, so a pace that overruns it stays refused
@@ -62,13 +66,7 @@ func limiterShapes() []limiterShape {
 		// throttle's wait runs, holds half its rate rather than stop.
 		// 1.55x-2.0x here, as behind the real HAProxy.
 		{name: "HAProxy's stick table, 400 per 1 s counting refusals, Retry-After 1", rule: func() throttletest.Rule {
-			r := shapeRule(throttletest.StickTableLimiter(throttletest.StickTable{Limit: 400, Period: time.Second}))
-			ra, err := throttletest.FixedRetryAfter(1)
-			if err != nil {
-				panic(err)
-			}
-			r.RetryAfter = ra
-			return r
+			return retryAfterRule(shapeRule(throttletest.StickTableLimiter(throttletest.StickTable{Limit: 400, Period: time.Second})), 1)
 		}, limit: 4 * time.Second, mostAttempts: 1.4, mostOver: 2.3},
 		{name: "fixed window of 1000 per 10 s", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.FixedWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
