@@ -201,7 +201,8 @@ func (b *batchRun) learn(q *throttle.Queue, ans *answer) {
 		}
 		outcome, hold, policyHold := verdict(a.Status, wait, named)
 		if outcome == throttle.Unavailable {
-			outcome = q.Refused(b.req, q.Bypass(a.sent), a.back)
+			pass := q.Bypass(a.sent)
+			outcome = q.Refused(b.req, &pass, a.back)
 			policyHold = outcome == throttle.Throttled
 		}
 		if policyHold {

@@ -404,7 +404,7 @@ func (r *run) observe(ans *answer, pass throttle.Pass) throttle.Outcome {
 		if outcome == throttle.Unavailable {
 			outcome = throttle.Failed
 			if q != nil {
-				outcome = q.Refused(r.req, pass, ans.back.now())
+				outcome = q.Refused(r.req, &pass, ans.back.now())
 			}
 			// Taken for a capacity limit, it is a throttle to the outage
 			// gate too: the host is answering. Otherwise, an outage or a

@@ -79,7 +79,11 @@
 //     answers (at least minRefusals): a client that overran a budget sees
 //     most of what it sends refused. Otherwise it is an outage or a server
 //     failing some requests at random, which teaches no pace; the outage
-//     gate counts it as a failure.
+//     gate counts it as a failure. A budget the server once throttled by
+//     name (a 429, or a Retry-After) takes its bare 503s for failures
+//     whatever the host's answers say: its limiter names its throttles,
+//     and failures at random come whatever the pace, so that taken for
+//     throttles they would lower it at every one.
 //  7. Announced budgets (RateLimit, RateLimit-Policy, x-ms-throttle-*) are
 //     hints checked against what happens: a budget announced as spent is
 //     the news a throttle brings, before it costs one, and the pacer learns

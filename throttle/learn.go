@@ -97,6 +97,7 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 	}
 	n.lastEnd = later(n.lastEnd, end)
 	n.seq = s.seq
+	n.named = n.named || !p.refused
 	n.pacer.throttled(p.Sent, now, end)
 	if p.budget == n && n.depth+1 < len(keys) {
 		n.even.add(keys[n.depth+1], true, now)
@@ -202,7 +203,7 @@ func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 	for _, k := range hot {
 		c := s.node(k, n.depth+1)
 		c.share(now, q.newPacer)
-		c.carved = true
+		c.carved, c.named = true, c.named || n.named
 		c.lastEnd, c.seq = later(c.lastEnd, n.lastEnd), s.seq
 	}
 	n.pacer, n.since = q.newPacer(now), now
@@ -228,6 +229,7 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 			if learned == nil || c.seq > latest {
 				learned, latest, n.since = c.pacer, c.seq, c.since
 			}
+			n.named = n.named || c.named
 			c.shared, c.pacer, c.carved = false, nil, false
 			c.waiters.wakeAll()
 		}
@@ -249,7 +251,7 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 	for k := n.key; k != ""; {
 		k = parentKey(k)
 		if a := s.nodes[k]; a != nil && a.shared && a.pacer != nil && a.budget.live(now, q.recovery) && now.Sub(a.since) < spreadWindow {
-			n.pacer, n.since = a.pacer, a.since
+			n.pacer, n.since, n.named = a.pacer, a.since, n.named || a.named
 			a.pacer = q.newPacer(now)
 			return
 		}

@@ -95,6 +95,10 @@ type Pass struct {
 	// fleet is set when it took a slot of its budget's fleet-wide
 	// schedule: its throttle is the fleet's to fit.
 	fleet bool
+	// refused is set by Refused: the answer was a 503 that named no wait,
+	// so a throttle read from it is the queue's reading, not the server's
+	// word.
+	refused bool
 }
 
 // Outcome is what an attempt's answer says about throttling.
@@ -234,6 +238,13 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	if announces {
 		q.announce(s, t, b, p, now)
 	}
+	if o == Throttled && p.refused {
+		if n := q.budgetOf(s, t.keys(), now); n != nil && n.named {
+			// Read as a capacity limit from the host's answers, but the
+			// server names this budget's throttles: a failure.
+			o = Failed
+		}
+	}
 	switch o {
 	case Throttled:
 		end := now.Add(hold)
@@ -303,15 +314,22 @@ func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, no
 // hand, is best sent at once for the server to answer.
 var ErrHoldTooLong = errors.New("throttle: held past the request's limits")
 
-// Refused records that the server answered req, sent as p, at now with a
+// Refused records that the server answered req, sent as *p, at now with a
 // 503 that names no Retry-After, and reports what the queue takes it
 // for: Throttled, a capacity limit of its budget, when the host answers
-// other requests meanwhile and either a budget paced p or refusals are
-// most of the host's recent answers (a client overrunning a budget sees
-// most of what it sends refused); Failed otherwise, an outage or a server
-// failing some requests at random, which says nothing of a pace. Report
-// then takes that outcome. It takes no lock.
-func (q *Queue) Refused(req *http.Request, p Pass, now time.Time) Outcome {
+// other requests meanwhile and either a budget whose throttles were all
+// such 503s paced p, or refusals are most of the host's recent answers (a
+// client overrunning a budget sees most of what it sends refused); Failed
+// otherwise, an outage or a server failing some requests at random, which
+// says nothing of a pace. It marks *p as refused; Report then takes that
+// pass and outcome. It takes the host's lock only when a budget released p.
+//
+// A budget the server throttled by name (a 429, or a Retry-After) has a
+// limiter that says when it throttles: its bare 503s are failures, however
+// paced. Taken for throttles, failures at random would lower the pace at
+// every one of them, whatever the pace, down to nothing.
+func (q *Queue) Refused(req *http.Request, p *Pass, now time.Time) Outcome {
+	p.refused = true
 	s := p.host
 	if s == nil {
 		if s = q.state(hostKey(req), false, time.Time{}); s == nil {
@@ -322,8 +340,13 @@ func (q *Queue) Refused(req *http.Request, p Pass, now time.Time) Outcome {
 	if !s.serving(now) {
 		return Failed
 	}
-	if p.budget != nil && p.budget.shared {
-		return Throttled
+	if p.budget != nil {
+		s.mu.Lock()
+		paced := p.budget.shared && !p.budget.named
+		s.mu.Unlock()
+		if paced {
+			return Throttled
+		}
 	}
 	if r, a := s.refused.recent(now), s.served.recent(now); r >= minRefusals && r >= a {
 		return Throttled

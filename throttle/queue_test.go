@@ -415,21 +415,24 @@ func releases(t *testing.T, clk *clocktest.Clock, admits []<-chan admitted) []ti
 
 // TestQueueRefused checks how a 503 without Retry-After is read: a
 // capacity limit (a throttle) when the host serves others meanwhile and
-// refusals are most of its recent answers or a budget paced the request;
-// otherwise a failure that teaches no pace.
+// refusals are most of its recent answers or a budget paced the request
+// that the server never throttled by name; otherwise a failure that
+// teaches no pace.
 func TestQueueRefused(t *testing.T) {
 	req := &http.Request{URL: &url.URL{Scheme: "https", Host: "graph.test", Path: "/v1.0/users/1"}}
 	tests := []struct {
 		name             string
 		served, refusals int
-		budget           bool
+		budget, named    bool
 		want             Outcome
 	}{
-		{"never answered", 0, 1, false, Failed},
-		{"a few among many served, as failures at random", 70, 30, false, Failed},
-		{"too few to tell", 1, 10, false, Failed},
-		{"most refused: an overrun budget", 40, 160, false, Throttled},
-		{"a budget paced it", 70, 1, true, Throttled},
+		{"never answered", 0, 1, false, false, Failed},
+		{"a few among many served, as failures at random", 70, 30, false, false, Failed},
+		{"too few to tell", 1, 10, false, false, Failed},
+		{"most refused: an overrun budget", 40, 160, false, false, Throttled},
+		{"a budget paced it", 70, 1, true, false, Throttled},
+		{"a budget throttled by 429s paced it: failures at random", 70, 30, true, true, Failed},
+		{"a budget throttled by 429s, most refused", 40, 160, true, true, Throttled},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -446,14 +449,16 @@ func TestQueueRefused(t *testing.T) {
 					s.activate()
 					p.budget = s.node("", 0)
 					p.budget.share(t0, q.newPacer)
+					p.budget.named = tt.named
 					s.mu.Unlock()
 				}
 			}
 			var got Outcome
 			for range tt.refusals {
-				got = q.Refused(req, p, t0)
+				got = q.Refused(req, &p, t0)
 			}
 			assert.Equal(t, tt.want, got)
+			assert.True(t, p.refused, "the pass is marked, so that Report knows the server named no throttle")
 		})
 	}
 }

@@ -71,7 +71,11 @@ type node struct {
 	shared bool
 	// carved is set when the evidence cut it out of a wider budget: it
 	// paces its requests whatever the nodes above it do.
-	carved  bool
+	carved bool
+	// named is set once the server throttled the budget by name (a 429,
+	// or a Retry-After): its limiter says so when it throttles, and a 503
+	// naming no wait is a failure, not a capacity limit (Queue.Refused).
+	named   bool
 	pacer   pacer
 	waiters waiterHeap
 	since   time.Time // when it became a budget
