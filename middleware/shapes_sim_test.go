@@ -23,9 +23,11 @@ import (
 // limiterShape is a server limiter of the benchmark's limiter scenarios,
 // for the workload of 2000 requests from 200 workers.
 type limiterShape struct {
-	name  string
-	rule  func() throttletest.Rule
-	limit time.Duration // the physical limit: no client can finish sooner
+	name string
+	rule func() throttletest.Rule
+	// flapping, when set, takes the server down and up again.
+	flapping throttletest.Flapping
+	limit    time.Duration // the physical limit: no client can finish sooner
 	// most are the most attempts per request and time over the limit the
 	// handler may take: what it achieves with some margin, a guard against
 	// regressions. The first wave (200 requests into a burst of 40) costs
@@ -68,6 +70,18 @@ func limiterShapes() []limiterShape {
 		{name: "HAProxy's stick table, 400 per 1 s counting refusals, Retry-After 1", rule: func() throttletest.Rule {
 			return retryAfterRule(shapeRule(throttletest.StickTableLimiter(throttletest.StickTable{Limit: 400, Period: time.Second})), 1)
 		}, limit: 4 * time.Second, mostAttempts: 1.4, mostOver: 2.3},
+		// Bench scenario (m): every request is answered 503 without
+		// Retry-After for 5 s, then the bucket serves for 5 s, and so on.
+		// The limit is 9.9 s: all 2000 in the first up period, at 400/s
+		// after its burst of 40. The pace found in that period is about
+		// 330/s, so some 350 requests spill into the next one, 5 s later:
+		// 1.7x (GET) and 1.9x (POST, whose one collection is throttled
+		// together and halves its pace at each second's throttle there),
+		// 1.14 and 1.28 attempts a request, the 503s counted.
+		{name: "a server down 5 s and up 5 s, over and over", rule: func() throttletest.Rule {
+			return shapeRule(throttletest.BucketLimiter(bucket), nil)
+		}, flapping: throttletest.Flapping{Down: 5 * time.Second, Up: 5 * time.Second},
+			limit: 9900 * time.Millisecond, mostAttempts: 1.4, mostOver: 2.3},
 		{name: "fixed window of 1000 per 10 s", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.FixedWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
 		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.06},
@@ -117,11 +131,11 @@ type shapeResult struct {
 
 // simulateShape sends 2000 requests from 200 workers through the default
 // handler to a server with rule, in virtual time, 2 ms a round trip.
-func simulateShape(t *testing.T, rule throttletest.Rule, limit time.Duration, method string) shapeResult {
+func simulateShape(t *testing.T, sh limiterShape, method string) shapeResult {
 	const n, c = 2000, 200
 	var res shapeResult
 	synctest.Test(t, func(t *testing.T) {
-		srv, err := throttletest.NewTransport(throttletest.Config{Rules: []throttletest.Rule{rule}}, 2*time.Millisecond)
+		srv, err := throttletest.NewTransport(throttletest.Config{Rules: []throttletest.Rule{sh.rule()}, Flapping: sh.flapping}, 2*time.Millisecond)
 		require.NoError(t, err)
 		h, err := middleware.NewRetryHandler(options.RetryHandlerOptions{})
 		require.NoError(t, err)
@@ -159,7 +173,7 @@ func simulateShape(t *testing.T, rule throttletest.Rule, limit time.Duration, me
 		wg.Wait()
 		st := srv.Stats()
 		res.attemptsPerRequest = float64(st.Attempts) / n
-		res.timeOverLimit = time.Since(start).Seconds() / limit.Seconds()
+		res.timeOverLimit = time.Since(start).Seconds() / sh.limit.Seconds()
 		res.early = st.Early
 	})
 	return res
@@ -174,7 +188,7 @@ func TestLimiterShapesSimulation(t *testing.T) {
 	for _, sh := range limiterShapes() {
 		for _, method := range []string{http.MethodGet, http.MethodPost} {
 			t.Run(fmt.Sprintf("%s, %s", sh.name, method), func(t *testing.T) {
-				res := simulateShape(t, sh.rule(), sh.limit, method)
+				res := simulateShape(t, sh, method)
 				t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d",
 					res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
 				assert.Zero(t, res.failed)

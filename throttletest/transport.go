@@ -19,7 +19,9 @@ import (
 // for minutes of simulated traffic exactly, in milliseconds, and with no
 // sleep in the test. Create it with NewTransport.
 type Transport struct {
-	latency time.Duration
+	latency  time.Duration
+	start    time.Time // for Flapping
+	flapping Flapping
 
 	mu        sync.Mutex
 	rules     []*ruleState
@@ -30,10 +32,11 @@ type Transport struct {
 }
 
 // NewTransport returns a Transport that throttles like a Server with the
-// budgets of cfg (Bucket, HostBuckets, PathBuckets, Rules) and answers
-// after latency, half of it on the way in and half on the way out. Config's
-// Hosts, Outage, FailureRate and Rand are the network server's and are
-// rejected here, as are invalid configurations and a negative latency.
+// budgets of cfg (Bucket, HostBuckets, PathBuckets, Rules) and its
+// Flapping, counted from now, and answers after latency, half of it on the
+// way in and half on the way out. Config's Hosts, Outage, FailureRate and
+// Rand are the network server's and are rejected here, as are invalid
+// configurations and a negative latency.
 func NewTransport(cfg Config, latency time.Duration) (*Transport, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -44,7 +47,8 @@ func NewTransport(cfg Config, latency time.Duration) (*Transport, error) {
 	case latency < 0:
 		return nil, fmt.Errorf("throttletest: NewTransport: latency = %v must not be negative", latency)
 	}
-	return &Transport{latency: latency, rules: rules(cfg), seen: map[string]bool{}, notBefore: map[string]time.Time{}}, nil
+	return &Transport{latency: latency, start: time.Now(), flapping: cfg.Flapping,
+		rules: rules(cfg), seen: map[string]bool{}, notBefore: map[string]time.Time{}}, nil
 }
 
 // RoundTrip answers r as the Server would: the rule's refusal (429 with
@@ -115,6 +119,10 @@ func (t *Transport) account(r *http.Request, now time.Time) answer {
 	if r.Method == http.MethodPost {
 		a.status = http.StatusCreated
 	}
+	if t.flapping.isDown(now.Sub(t.start)) {
+		t.stats.Unavailable++
+		return answer{status: http.StatusServiceUnavailable}
+	}
 	if takeToken(t.rules, now, r, &a) {
 		t.stats.Throttled++
 		if t.stats.ThrottledBy == nil {
@@ -131,7 +139,7 @@ func (t *Transport) account(r *http.Request, now time.Time) answer {
 	return a
 }
 
-// Stats returns the counts so far; BadBody and Unavailable are always 0.
+// Stats returns the counts so far; BadBody is always 0.
 func (t *Transport) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -76,6 +76,27 @@ func TestTransportCountsEarlyRetries(t *testing.T) {
 	})
 }
 
+// A flapping Transport answers 503 without Retry-After while it is down,
+// counted from its creation, and serves while it is up.
+func TestTransportFlapsInVirtualTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr, err := NewTransport(Config{Flapping: Flapping{Down: 2 * time.Second, Up: time.Second}}, 0)
+		require.NoError(t, err)
+		c := &http.Client{Transport: tr}
+		var got []int
+		for range 4 { // at 0, 1, 2 (up) and 3 s (down again)
+			resp, err := c.Get("https://graph.test/v1.0/users/1")
+			require.NoError(t, err)
+			assert.Empty(t, resp.Header.Get("Retry-After"))
+			require.NoError(t, resp.Body.Close())
+			got = append(got, resp.StatusCode)
+			time.Sleep(time.Second)
+		}
+		assert.Equal(t, []int{503, 503, 200, 503}, got)
+		assert.Equal(t, Stats{Attempts: 4, OK: 1, Unavailable: 3}, tr.Stats())
+	})
+}
+
 func TestTransportEndsOnContextCancel(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr, err := NewTransport(Config{}, time.Hour)
