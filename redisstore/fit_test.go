@@ -17,6 +17,16 @@ import (
 // schedule born long before: a fleet that has been sending.
 func seedReleases(t *testing.T, s *Store, n int, span, end time.Duration) {
 	t.Helper()
+	at := seedTimes(t, s, s.keys.released("h", "b"), fmt.Sprint("released", end), n, span, end)
+	long := at - time.Minute.Microseconds()
+	require.NoError(t, s.rdb.HSet(context.Background(), s.keys.schedule("h", "b"), "born", long, "since", long).Err())
+}
+
+// seedTimes adds n send times, evenly over the span that ends end before
+// Redis's now, to the sorted set key, each member tagged with tag, and
+// returns the span's end in Redis's microseconds.
+func seedTimes(t *testing.T, s *Store, key, tag string, n int, span, end time.Duration) int64 {
+	t.Helper()
 	ctx := context.Background()
 	now, err := s.rdb.Time(ctx).Result()
 	require.NoError(t, err)
@@ -24,11 +34,10 @@ func seedReleases(t *testing.T, s *Store, n int, span, end time.Duration) {
 	zs := make([]redis.Z, n)
 	for i := range zs {
 		sent := at - span.Microseconds() + int64(i)*span.Microseconds()/int64(n)
-		zs[i] = redis.Z{Score: float64(sent), Member: fmt.Sprint(sent, i, end)}
+		zs[i] = redis.Z{Score: float64(sent), Member: fmt.Sprint(tag, sent, i)}
 	}
-	require.NoError(t, s.rdb.ZAdd(ctx, s.keys.released("h", "b"), zs...).Err())
-	long := at - time.Minute.Microseconds()
-	require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "born", long, "since", long).Err())
+	require.NoError(t, s.rdb.ZAdd(ctx, key, zs...).Err())
+	return at
 }
 
 // seedRefused records n throttles of budget h/b's releases evenly over the
@@ -38,16 +47,7 @@ func seedRefused(t *testing.T, s *Store, n int, span, end time.Duration) {
 	if n == 0 {
 		return
 	}
-	ctx := context.Background()
-	now, err := s.rdb.Time(ctx).Result()
-	require.NoError(t, err)
-	at := now.UnixMicro() - end.Microseconds()
-	zs := make([]redis.Z, n)
-	for i := range zs {
-		sent := at - span.Microseconds() + int64(i)*span.Microseconds()/int64(n)
-		zs[i] = redis.Z{Score: float64(sent), Member: fmt.Sprint("refused", sent, i)}
-	}
-	require.NoError(t, s.rdb.ZAdd(ctx, s.keys.refused("h", "b"), zs...).Err())
+	seedTimes(t, s, s.keys.refused("h", "b"), "refused", n, span, end)
 }
 
 // fitSchedule sets the schedule of budget of host as the fleet's throttles
