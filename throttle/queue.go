@@ -317,17 +317,18 @@ var ErrHoldTooLong = errors.New("throttle: held past the request's limits")
 // Refused records that the server answered req, sent as *p, at now with a
 // 503 that names no Retry-After, and reports what the queue takes it
 // for: Throttled, a capacity limit of its budget, when the host answers
-// other requests meanwhile and either a budget whose throttles were all
-// such 503s paced p, or refusals are most of the host's recent answers (a
+// other requests meanwhile and either a budget the server never throttled
+// by name paced p, or refusals are most of the host's recent answers (a
 // client overrunning a budget sees most of what it sends refused); Failed
 // otherwise, an outage or a server failing some requests at random, which
 // says nothing of a pace. It marks *p as refused; Report then takes that
 // pass and outcome. It takes the host's lock only when a budget released p.
 //
 // A budget the server throttled by name (a 429, or a Retry-After) has a
-// limiter that says when it throttles: its bare 503s are failures, however
-// paced. Taken for throttles, failures at random would lower the pace at
-// every one of them, whatever the pace, down to nothing.
+// limiter that says when it throttles: its bare 503s never slow its pace,
+// as Report takes them for failures. Taken for throttles, failures at
+// random would lower the pace at every one of them, whatever the pace,
+// down to nothing.
 func (q *Queue) Refused(req *http.Request, p *Pass, now time.Time) Outcome {
 	p.refused = true
 	s := p.host
