@@ -75,13 +75,15 @@ func limiterShapes() []limiterShape {
 		// The limit is 9.9 s: all 2000 in the first up period, at 400/s
 		// after its burst of 40. The pace found in that period is about
 		// 330/s, so some 350 requests spill into the next one, 5 s later:
-		// 1.7x (GET) and 1.9x (POST, whose one collection is throttled
-		// together and halves its pace at each second's throttle there),
-		// 1.14 and 1.28 attempts a request, the 503s counted.
+		// 1.70x, 1.14 and 1.12 attempts a request (GET, POST), the 503s
+		// counted. Before the pace's curve stopped counting the time it
+		// had nothing to release, its probe doubled through each outage
+		// and met the server's return with everything at once: POST at
+		// 1.91x here, 6.87x on loopback.
 		{name: "a server down 5 s and up 5 s, over and over", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.BucketLimiter(bucket), nil)
 		}, flapping: throttletest.Flapping{Down: 5 * time.Second, Up: 5 * time.Second},
-			limit: 9900 * time.Millisecond, mostAttempts: 1.4, mostOver: 2.3},
+			limit: 9900 * time.Millisecond, mostAttempts: 1.25, mostOver: 2.0},
 		{name: "fixed window of 1000 per 10 s", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.FixedWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
 		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.06},

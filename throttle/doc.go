@@ -59,7 +59,9 @@
 //  5. Pace is learned and applied per budget (the adaptive pacer, pacer.go:
 //     a search from the first wave's successes, a fit of the server's
 //     token bucket at the first throttle, then a CUBIC-like curve that
-//     probes above it). Requests under a paced budget wait FIFO at its
+//     probes above it; the curve counts only time with something to
+//     release, so a pace idle through an outage resumes where it was).
+//     Requests under a paced budget wait FIFO at its
 //     pace: a budget cut out of a wider one decides for its requests,
 //     else the widest budget of their path. A throttle of a
 //     request its budget released slows the pace and holds only that

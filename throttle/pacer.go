@@ -137,6 +137,12 @@ type adaptivePacer struct {
 	// requests released within two of it after a decrease may still meet
 	// the congestion of the ones in flight before it.
 	rtt time.Duration
+	// idle is the time since start that a steady pace had nothing to
+	// release at its slots, which its curve does not count: a rate left
+	// unused is no evidence that the server takes it (RFC 7661's rule for
+	// a congestion window), and a probe that doubled through an outage
+	// would meet the server's return with everything at once.
+	idle time.Duration
 }
 
 type pacerState int
@@ -150,7 +156,7 @@ const (
 func newAdaptivePacer(time.Time) *adaptivePacer { return &adaptivePacer{} }
 
 func (p *adaptivePacer) rateAt(now time.Time) float64 {
-	elapsed := max(now.Sub(p.start), 0).Seconds()
+	elapsed := max(now.Sub(p.start)-p.idle, 0).Seconds()
 	var r float64
 	switch p.state {
 	case pacerCold:
@@ -212,6 +218,13 @@ func (p *adaptivePacer) sent(now time.Time) {
 		// against a bucket that had that long to refill.
 		p.start, p.last = now, time.Time{}
 		p.releases = p.releases[:0]
+	}
+	if p.state == pacerSteady && !p.last.Before(p.start) {
+		// Released later than its slot by more than timers lag: nothing
+		// was waiting for the slot.
+		if unused := now.Sub(p.next(now)) - catchUp; unused > 0 {
+			p.idle += unused
+		}
 	}
 	r := p.rateAt(now)
 	if r == 0 {
@@ -291,7 +304,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		if !closing {
 			p.closed, p.closedFloor = end, max(floor, p.rateAt(sent)/2)
 		}
-		p.start = now
+		p.start, p.idle = now, 0
 		p.reacted = now
 		p.last = now // the server's bucket is empty: wait for a token
 	}

@@ -367,3 +367,35 @@ func TestPacerClosedBudget(t *testing.T) {
 		})
 	}
 }
+
+// A steady pace's curve counts only the time it had something to release:
+// after a gap with nothing to release (an outage held the scope, or the
+// caller had no work), it resumes where it was, not at a probe that
+// doubled through the gap.
+func TestAdaptivePacerIdleTimeIsNotProbed(t *testing.T) {
+	tests := []struct {
+		name string
+		gap  time.Duration // with nothing to release
+	}{
+		{"released at every slot", 0},
+		{"idle 5 s, as through an outage", 5 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.follow(100, t0)
+			now := t0
+			// Busy for 3 s: every slot taken, the curve past its fit.
+			for now.Before(t0.Add(3 * time.Second)) {
+				now = p.next(now)
+				p.sent(now)
+			}
+			before := p.rateAt(now) / p.base
+			require.Greater(t, before, 1.0, "probing above the fit after 3 s busy")
+			now = now.Add(tt.gap)
+			p.sent(now)
+			after := p.rateAt(now) / p.base
+			assert.InDelta(t, before, after, 0.1, "the gap did not advance the probe (2^10 times the fit otherwise)")
+		})
+	}
+}

@@ -148,7 +148,7 @@ func (q *Queue) adopt(s *hostState, st options.FleetState, now time.Time) {
 // above it in time, slowed by the throttles it meets.
 func (p *adaptivePacer) follow(rate float64, now time.Time) {
 	p.state, p.base, p.period = pacerSteady, rate, 1
-	p.start, p.reacted, p.last = now, now, now
+	p.start, p.reacted, p.last, p.idle = now, now, now, 0
 }
 
 // fleetShare returns the pace n releases at now, which is this process's
