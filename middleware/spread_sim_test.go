@@ -265,11 +265,13 @@ func TestSpreadSimulation(t *testing.T) {
 		// A known miss (docs/benchmarks.md): the first wave carves each of
 		// the 50 mailboxes as a budget of its own, each with a pacer of
 		// its own that searches from nothing, and their sum overruns the
-		// one bucket until they converge: 1.3x-2.9x from run to run, and
-		// in about one run in thirteen a few requests (up to 16 of 2000
-		// seen) spend their retries meanwhile. The bounds guard against
-		// worse.
-		{"Retry-After 1, 50 mailboxes, GET", 429, retryAfter1, mailbox(50, "GET"), 3.5},
+		// one bucket until they converge. Over 60 runs: 1.30x-2.63x,
+		// median 1.61x, and 1.15-1.82 attempts, median 1.18; a rare run
+		// goes further (4.30x and 25 requests that spent their retries,
+		// once, in a clean-clone CI run), so the case runs five times and
+		// its medians are bounded above every run seen but that one: a
+		// general regression still fails, one run's tail does not.
+		{"Retry-After 1, 50 mailboxes, GET", 429, retryAfter1, mailbox(50, "GET"), 2.6},
 		{"Retry-After 1, 1 mailbox, GET", 429, retryAfter1, mailbox(1, "GET"), 1.2},
 		{"Retry-After 1, /users/{id}, GET", 429, retryAfter1, users("GET"), 1.2},
 		{"Retry-After 1, POST /users", 429, retryAfter1, users("POST"), 1.2},
@@ -281,19 +283,33 @@ func TestSpreadSimulation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := newSpreadServer(bucket, oneZone, tt.status, tt.header)
-			res := runSpread(t, srv, 2000, 200, tt.url, options.RetryHandlerOptions{})
-			t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
-			mostAttempts, mostFailed := 1.25, 0
+			runs, mostAttempts, mostFailed := 1, 1.25, 0
 			if strings.Contains(tt.name, "50 mailboxes") {
-				mostAttempts, mostFailed = 2.1, 20
+				// In all five runs together: a few of 10,000 requests.
+				runs, mostAttempts, mostFailed = 5, 1.9, 40
 			}
-			assert.LessOrEqual(t, res.failed, mostFailed)
-			assert.Zero(t, res.early, "no retry before the server's Retry-After")
-			assert.LessOrEqual(t, res.attemptsPerRequest, mostAttempts)
-			assert.LessOrEqual(t, res.timeOverLimit, tt.over)
+			var times, attempts []float64
+			failed := 0
+			for range runs {
+				srv := newSpreadServer(bucket, oneZone, tt.status, tt.header)
+				res := runSpread(t, srv, 2000, 200, tt.url, options.RetryHandlerOptions{})
+				t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early)
+				assert.Zero(t, res.early, "no retry before the server's Retry-After")
+				times, attempts = append(times, res.timeOverLimit), append(attempts, res.attemptsPerRequest)
+				failed += res.failed
+			}
+			assert.LessOrEqual(t, failed, mostFailed)
+			assert.LessOrEqual(t, median(attempts), mostAttempts)
+			assert.LessOrEqual(t, median(times), tt.over)
 		})
 	}
+}
+
+// median returns the middle of xs (the upper one of an even count).
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // apiOf is the first segment of path below /v1.0.
