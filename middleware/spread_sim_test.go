@@ -224,6 +224,17 @@ func runSpread(t *testing.T, srv *spreadServer, n, c int, url func(i int) (metho
 	return res
 }
 
+// usersURL sends request i to /v1.0/users/{i}, or, for a POST, to the
+// collection /v1.0/users.
+func usersURL(method string) func(int) (string, string) {
+	return func(i int) (string, string) {
+		if method == http.MethodPost {
+			return method, "https://api.test/v1.0/users"
+		}
+		return method, fmt.Sprintf("https://api.test/v1.0/users/%d", i)
+	}
+}
+
 func retryAfter1(h http.Header, _ time.Duration) { h.Set("Retry-After", "1") }
 
 func oneZone(string) string { return "all" }
@@ -239,14 +250,6 @@ func TestSpreadSimulation(t *testing.T) {
 	mailbox := func(k int, method string) func(int) (string, string) {
 		return func(i int) (string, string) {
 			return method, fmt.Sprintf("https://api.test/v1.0/users/u%d/messages", i%k)
-		}
-	}
-	users := func(method string) func(int) (string, string) {
-		return func(i int) (string, string) {
-			if method == http.MethodPost {
-				return method, "https://api.test/v1.0/users"
-			}
-			return method, fmt.Sprintf("https://api.test/v1.0/users/%d", i)
 		}
 	}
 	drive := func(i int) (string, string) {
@@ -273,13 +276,13 @@ func TestSpreadSimulation(t *testing.T) {
 		// general regression still fails, one run's tail does not.
 		{"Retry-After 1, 50 mailboxes, GET", 429, retryAfter1, mailbox(50, "GET"), 2.6},
 		{"Retry-After 1, 1 mailbox, GET", 429, retryAfter1, mailbox(1, "GET"), 1.2},
-		{"Retry-After 1, /users/{id}, GET", 429, retryAfter1, users("GET"), 1.2},
-		{"Retry-After 1, POST /users", 429, retryAfter1, users("POST"), 1.2},
+		{"Retry-After 1, /users/{id}, GET", 429, retryAfter1, usersURL(http.MethodGet), 1.2},
+		{"Retry-After 1, POST /users", 429, retryAfter1, usersURL(http.MethodPost), 1.2},
 		{"Retry-After 1, items of one drive", 429, retryAfter1, drive, 1.2},
 		{"bare 429, 2000 mailboxes", 429, bare, mailbox(2000, "GET"), 1.35},
-		{"bare 429, POST /users", 429, bare, users("POST"), 1.35},
+		{"bare 429, POST /users", 429, bare, usersURL(http.MethodPost), 1.35},
 		{"503 without Retry-After, 2000 mailboxes", 503, bare, mailbox(2000, "GET"), 1.35},
-		{"503 without Retry-After, /users/{id}", 503, bare, users("GET"), 1.35},
+		{"503 without Retry-After, /users/{id}", 503, bare, usersURL(http.MethodGet), 1.35},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -777,23 +780,15 @@ func TestRandomFailuresSimulation(t *testing.T) {
 		t.Skip("simulates 2000 requests per case")
 	}
 	bucket := map[string]zone{"all": {rate: 400, burst: 40}}
-	users := func(method string) func(int) (string, string) {
-		return func(i int) (string, string) {
-			if method == http.MethodPost {
-				return method, "https://api.test/v1.0/users"
-			}
-			return method, fmt.Sprintf("https://api.test/v1.0/users/%d", i)
-		}
-	}
 	tests := []struct {
 		name   string
 		status int
 		header func(http.Header, time.Duration)
 		url    func(int) (string, string)
 	}{
-		{"429 with Retry-After, GET", 429, retryAfter1, users(http.MethodGet)},
-		{"429 with Retry-After, POST", 429, retryAfter1, users(http.MethodPost)},
-		{"bare 429, GET", 429, nil, users(http.MethodGet)},
+		{"429 with Retry-After, GET", 429, retryAfter1, usersURL(http.MethodGet)},
+		{"429 with Retry-After, POST", 429, retryAfter1, usersURL(http.MethodPost)},
+		{"bare 429, GET", 429, nil, usersURL(http.MethodGet)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
