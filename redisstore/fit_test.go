@@ -170,11 +170,11 @@ func TestReserveSearches(t *testing.T) {
 	step, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "step").Int64()
 	require.NoError(t, err)
 	assert.Equal(t, searchDoubling.Microseconds(), step)
-	// Pretend the search began five doublings ago: it runs at 32 times the
-	// first pace now, a slot every 3.125 ms.
+	// Pretend the search began three doublings ago: it runs at 8 times the
+	// first pace now, a slot every 12.5 ms.
 	now, err := s.rdb.Time(ctx).Result()
 	require.NoError(t, err)
-	require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "since", now.UnixMicro()-5*searchDoubling.Microseconds(),
+	require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "since", now.UnixMicro()-3*searchDoubling.Microseconds(),
 		"tat", now.UnixMicro()).Err())
 	var last time.Duration
 	for range 40 {
@@ -182,14 +182,121 @@ func TestReserveSearches(t *testing.T) {
 		require.NoError(t, err)
 		last = res.Wait
 	}
-	// A burst of a tenth of a second (32 slots), then a slot every
-	// 3.125 ms: the 40th waits 25 ms, a little less as the search goes on.
-	assert.LessOrEqual(t, last, 25*time.Millisecond+slack)
-	assert.GreaterOrEqual(t, last, 5*time.Millisecond, "at 10/s it would wait 4 s")
+	end, err := s.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	// A burst of a tenth of a second (8 slots), then a slot every
+	// 12.5 ms: the 40th waits 400 ms, less as the search goes on while
+	// the 40 are made (it doubles every 100 ms).
+	assert.LessOrEqual(t, last, 400*time.Millisecond+slack, "at 10/s it would wait 4 s")
+	if took := end.Sub(now); took < 30*time.Millisecond {
+		assert.GreaterOrEqual(t, last, 200*time.Millisecond, "made within %v", took)
+	}
 }
 
 func TestThrottledRejectsNegativeDurations(t *testing.T) {
 	s := newStore(t, shared)
 	assert.Error(t, s.Throttled(context.Background(), "h", "b", -time.Second, 0))
 	assert.Error(t, s.Throttled(context.Background(), "h", "b", 0, -time.Second))
+}
+
+// A schedule's probe counts only the time in which the fleet had requests
+// waiting for its slots: a rate left unused, while every request waited
+// out a Retry-After, is no evidence that the server takes it.
+func TestReserveDoesNotProbeThroughIdleTime(t *testing.T) {
+	tests := []struct {
+		name string
+		// lastSlot is how long after the rate was set its last slot was
+		// due: busy until then, idle since.
+		lastSlot time.Duration
+		// The 40th of 40 reservations made at once waits between these.
+		least, most time.Duration
+	}{
+		// Probing for 2 s beyond its 0.5 s hold: 200/s, a burst of 20,
+		// then a slot every 5 ms: about 100 ms.
+		{"busy all along", 2500 * time.Millisecond, 0, 150 * time.Millisecond},
+		// Idle since its hold ended: 100/s, a burst of 10, then a slot
+		// every 10 ms: 300 ms.
+		{"idle since its hold", 500 * time.Millisecond, 250 * time.Millisecond, 300*time.Millisecond + slack},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := newStore(t, shared)
+			now, err := s.rdb.Time(ctx).Result()
+			require.NoError(t, err)
+			since := now.UnixMicro() - (2500 * time.Millisecond).Microseconds()
+			require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "rate", 100, "since", since,
+				"hold", probeAfter.Microseconds(), "born", since, "tat", since+tt.lastSlot.Microseconds()).Err())
+			var last time.Duration
+			for range 40 {
+				res, err := s.Reserve(ctx, "h", "b", Pace{Rate: 1, Burst: 1}, time.Minute)
+				require.NoError(t, err)
+				require.True(t, res.OK)
+				last = res.Wait
+			}
+			assert.GreaterOrEqual(t, last, tt.least)
+			assert.LessOrEqual(t, last, tt.most)
+		})
+	}
+}
+
+// A throttle that marks the server's bucket dry holds the rate at what the
+// fleet sent just before it, read only over the time the fleet had
+// requests waiting: releases that resumed a moment ago after an idle
+// spell read no rate the fleet offered.
+func TestMarkReadsOnlyBusyTime(t *testing.T) {
+	tests := []struct {
+		name string
+		idle bool    // the schedule was idle until the 40 releases
+		want float64 // the rate the mark holds
+	}{
+		{"busy all along", false, 40 / recentSpan.Seconds()},
+		{"resumed after an idle spell", true, 400},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := newStore(t, shared)
+			now, err := s.rdb.Time(ctx).Result()
+			require.NoError(t, err)
+			long := now.UnixMicro() - time.Minute.Microseconds()
+			tat := now.UnixMicro()
+			if tt.idle {
+				tat -= (2 * time.Second).Microseconds()
+			}
+			require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "rate", 400, "since", long,
+				"hold", time.Hour.Microseconds(), "born", long, "tat", tat).Err())
+			if tt.idle {
+				for range 40 {
+					_, err := s.Reserve(ctx, "h", "b", Pace{Rate: 1, Burst: 1}, time.Minute)
+					require.NoError(t, err)
+				}
+			} else {
+				seedTimes(t, s, s.keys.released("h", "b"), "released", 40, recentSpan, 0)
+			}
+			require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
+			assert.InDelta(t, tt.want, fittedRate(t, s), tt.want/20)
+		})
+	}
+}
+
+// The fleet's search starts from the sum of the paces its processes give,
+// each from its part of the first wave, once they all reserved: as one
+// process sending all of the fleet's requests would search.
+func TestSearchStartsFromTheFleetsWave(t *testing.T) {
+	ctx := context.Background()
+	first := newStore(t, shared)
+	second := newStore(t, shared)
+	_, err := first.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
+	require.NoError(t, err)
+	_, err = second.Reserve(ctx, "h", "b", Pace{Rate: 300, Burst: 1}, time.Minute)
+	require.NoError(t, err)
+	pace, err := first.rdb.HGet(ctx, first.keys.pace("h"), "b").Result()
+	require.NoError(t, err)
+	var each float64
+	_, err = fmt.Sscan(pace, &each)
+	require.NoError(t, err)
+	// Each process's part of 310/s, barely doubled yet.
+	assert.GreaterOrEqual(t, each, 155.0)
+	assert.Less(t, each, 310.0)
 }

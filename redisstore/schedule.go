@@ -52,6 +52,11 @@ const (
 	// throttle that stops it reaches the schedule a round trip and a
 	// report later; doubling faster would overshoot by more meanwhile.
 	searchDoubling = 100 * time.Millisecond
+	// idleSlack is how late after its slot a reservation may come and the
+	// schedule still count the time between as busy: a process's round
+	// trip to Redis and its timers' slack, not a fleet with nothing to
+	// send.
+	idleSlack = 10 * time.Millisecond
 	// minBurst is the burst a fitted schedule allows after a quiet spell,
 	// in seconds of its rate: the server's bucket refills meanwhile too.
 	minBurst = 0.1
@@ -119,7 +124,7 @@ func (s *Store) Reserve(ctx context.Context, host, budget string, p Pace, max ti
 		return Reservation{}, fmt.Errorf("redisstore: reserve %s/%s: %w", host, budget, err)
 	}
 	r, err := call(ctx, s, "reserve", func(ctx context.Context) ([]int64, error) {
-		args := append(s.scheduleArgs(p, max, budget), searchDoubling.Microseconds())
+		args := append(s.scheduleArgs(p, max, budget), searchDoubling.Microseconds(), idleSlack.Microseconds())
 		return reserveScript.Run(ctx, s.rdb, s.scheduleKeys(host, budget), args...).Int64Slice()
 	})
 	if err == nil && len(r) != 4 {

@@ -142,6 +142,15 @@ return 1
 //	mark   when a throttled request was sent (µs): the server's bucket was
 //	       empty then, and what it accepted from then to the next throttle
 //	       is its rate
+//	idle   the time since it was set (µs) in which the schedule had no
+//	       request waiting for its slots, which neither its hold nor its
+//	       probe counts: a rate the fleet left unused is no evidence that
+//	       the server takes it (RFC 7661's rule for a congestion window),
+//	       and a probe that rose while every request waited out a
+//	       Retry-After would meet their return with a rate far above the
+//	       server's
+//	busy   when the schedule last had requests waiting again after such
+//	       a time (µs)
 //
 // and two sorted sets of send times (µs): KEYS[4] the releases the schedule
 // made, KEYS[5] the throttled ones the processes reported.
@@ -149,7 +158,8 @@ return 1
 // ARGV of both scripts: [1] share rate, [2] share burst, [3] max wait (µs),
 // [4] process token, [5] pace expiry (ms), [6] share window (µs), [7] budget,
 // [8] probe doubling (µs), [9] least burst (s of the rate), [10] kept
-// history (µs); the throttle script adds [11] ago (µs), [12] hold (µs),
+// history (µs); the reserve script adds [11] search doubling (µs), [12]
+// idle slack (µs); the throttle script adds [11] ago (µs), [12] hold (µs),
 // [13] fit share, [14] least span (µs), [15] least releases, [16] most
 // span (µs), [17] settling time (µs), [18] the span over which the
 // fleet's recent rate is read (µs), [19] the least share of the
@@ -182,8 +192,11 @@ local function rateAt(at, sched, sum, burst)
   if not fitted then return sum, burst, false end
   local r = fitted
   local step = tonumber(sched[6])
-  local beyond = at - tonumber(sched[3]) - tonumber(sched[4])
-  if beyond > 0 then r = fitted * 2 ^ math.min(beyond / (step or tonumber(ARGV[8])), 30) end
+  local beyond = at - tonumber(sched[3]) - tonumber(sched[4]) - (tonumber(sched[7]) or 0)
+  -- A search starts from the processes' paces, each from its part of the
+  -- fleet's first wave: the whole wave's, once they all reserved.
+  if step and sum > r then r = sum end
+  if beyond > 0 then r = r * 2 ^ math.min(beyond / (step or tonumber(ARGV[8])), 30) end
   return r, math.max(1, math.floor(r * tonumber(ARGV[9]))), true
 end
 local function keep(k)
@@ -217,13 +230,24 @@ var reserveScript = redis.NewScript(fleetRate + `
 redis.call('HSET', KEYS[2], ARGV[4], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. string.format('%.0f', now))
 redis.call('PEXPIRE', KEYS[2], math.ceil(window / 1000) + 1)
 local sum, sburst, n = shares()
-local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step')
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle')
 if not sched[2] then
   -- The schedule's first release begins the fleet's search for the
   -- budget's rate: from the processes' paces, doubling every ARGV[11],
   -- until a throttle stops it.
   sched[2], sched[3], sched[4], sched[6] = string.format('%.6g', math.max(sum, 1)), string.format('%.0f', now), '0', ARGV[11]
   redis.call('HSET', KEYS[1], 'rate', sched[2], 'since', sched[3], 'hold', sched[4], 'step', sched[6])
+end
+-- A slot due before now that nobody took was time with nothing waiting.
+-- Such a reservation always takes its slot at once and moves the TAT on,
+-- so no gap is counted twice.
+local last = tonumber(sched[1])
+if last then
+  local gap = now - math.max(last, tonumber(sched[3])) - tonumber(ARGV[12])
+  if gap > 0 then
+    sched[7] = (tonumber(sched[7]) or 0) + gap
+    redis.call('HSET', KEYS[1], 'idle', string.format('%.0f', sched[7]), 'busy', string.format('%.0f', now))
+  end
 end
 local rate, burst, fitted = rateAt(now, sched, sum, sburst)
 redis.call('HSET', KEYS[3], ARGV[7], string.format('%.6g %d', rate / n, math.max(1, math.floor(burst / n))))
@@ -271,7 +295,7 @@ local ago = tonumber(ARGV[11])
 local sent = now - ago
 redis.call('ZADD', KEYS[5], sent, string.format('%.0f %s', now, ARGV[4]))
 keep(KEYS[5])
-local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step')
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle')
 local sum, sburst = shares()
 local rate = rateAt(sent, sched, sum, sburst)
 if rate <= 0 then return {0, 0} end
@@ -302,7 +326,7 @@ if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) and sent >
     rate = math.max(fit, rate / 2)
     redis.call('HSET', KEYS[1], 'rate', string.format('%.6g', rate), 'since', string.format('%.0f', now),
       'hold', ARGV[12], 'mark', string.format('%.0f', sent))
-    redis.call('HDEL', KEYS[1], 'step')
+    redis.call('HDEL', KEYS[1], 'step', 'idle')
     expire(tonumber(sched[1]))
     return {1, math.floor(rate * 1000)}
   end
@@ -312,14 +336,17 @@ if mark and span >= 0 and span <= tonumber(ARGV[16]) then return {0, math.floor(
 -- against it. Meanwhile the fleet sends at what it sent just before,
 -- which ran the bucket dry: a little above the server's rate, and no
 -- more, however far the schedule's rate had risen while it probed.
-local recent = math.min(tonumber(ARGV[18]), sent - born)
+-- Only what it sent since it last had requests waiting: a span that
+-- reaches back into idle time reads a rate the fleet never offered.
+local busy = tonumber(redis.call('HGET', KEYS[1], 'busy')) or born
+local recent = math.min(tonumber(ARGV[18]), sent - math.max(born, busy))
 if recent >= tonumber(ARGV[14]) then
   local just = redis.call('ZCOUNT', KEYS[4], sent - recent, sent) * 1000000 / recent
   if just >= 1 and just < rate then rate = just end
 end
 redis.call('HSET', KEYS[1], 'mark', string.format('%.0f', sent), 'rate', string.format('%.6g', rate),
   'since', string.format('%.0f', now), 'hold', ARGV[20])
-redis.call('HDEL', KEYS[1], 'step')
+redis.call('HDEL', KEYS[1], 'step', 'idle')
 expire(tonumber(sched[1]))
 return {1, math.floor(rate * 1000)}
 `)

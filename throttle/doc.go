@@ -114,11 +114,13 @@
 //     the budget's fleet-wide schedule (Reserve, one round trip), which
 //     sees every release of the fleet. From its first release it searches
 //     for the budget's rate as one process's pacer does, for the whole
-//     fleet; each throttle of a release it made is told to it (Throttled):
+//     fleet: from the sum of where the processes' own searches started,
+//     each from its part of the first wave; each throttle of a release it made is told to it (Throttled):
 //     the first stops the search, and from two throttles it fits the
 //     budget's one rate (what the fleet sent between them, less what was
 //     throttled, over the time between, when the fleet kept the schedule
-//     busy meanwhile). The schedule alone spaces the releases: the
+//     busy meanwhile); its hold and probe, like a pacer's, count only the
+//     time the fleet kept it busy. The schedule alone spaces the releases: the
 //     process adds no spacing of its own, keeps at most maxReserving
 //     reservations under way per budget, and its pacer only learns, for
 //     when the store fails. One rate, not a share per process, so that a

@@ -167,7 +167,7 @@ func (p *adaptivePacer) rateAt(now time.Time) float64 {
 		// Doubling once per round trip, as TCP's slow start does, keeps the
 		// overshoot before the server's answer comes back to a few times.
 		step := p.step().Seconds()
-		r = searchStart * float64(max(p.burst, 1)) / min(p.period, searchPeriod) * math.Exp2(elapsed/step)
+		r = p.searchFrom() * math.Exp2(elapsed/step)
 	default:
 		k := math.Cbrt((1 - dip) / cubic)
 		r = p.base * (1 + cubic*math.Pow(min(elapsed-k, 0), 3))
@@ -239,6 +239,12 @@ func (p *adaptivePacer) sent(now time.Time) {
 	if d := now.Sub(p.start); d >= 0 && len(p.releases) < maxReleases {
 		p.releases = append(p.releases, d)
 	}
+}
+
+// searchFrom is the rate the search starts at: searchStart times the
+// first wave's successes per Retry-After period.
+func (p *adaptivePacer) searchFrom() float64 {
+	return searchStart * float64(max(p.burst, 1)) / min(p.period, searchPeriod)
 }
 
 // step is how often the search doubles its rate: once per round trip,

@@ -154,6 +154,12 @@ func (p *adaptivePacer) follow(rate float64, now time.Time) {
 // fleetShare returns the pace n releases at now, which is this process's
 // share of the budget's fleet-wide schedule, and whether it has one: a
 // budget that paces, with a store. The caller holds the host's lock.
+//
+// While n's pacer searches, the share is where its search started, from
+// this process's part of the first wave: the schedule's search starts
+// from the sum of them, the whole wave's, as one process sending all of
+// the fleet's requests would, and doubles that once for the fleet.
+// Current rates would double each process's search into the sum.
 func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
 	if q.store == nil || !n.paces(now, q.recovery) {
 		return options.Pace{}, false
@@ -163,6 +169,9 @@ func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
 		return options.Pace{}, false
 	}
 	r := ap.rateAt(now)
+	if ap.state == pacerSearching {
+		r = ap.searchFrom()
+	}
 	if !(r > 0) || math.IsInf(r, 0) {
 		return options.Pace{}, false
 	}

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
 	"sync"
 	"testing"
@@ -310,6 +311,35 @@ func TestStoreFittedScheduleSpacesAlone(t *testing.T) {
 			q.Report(last, pass, Throttled, time.Second, nil, clk.Now)
 			require.Len(t, st.throttles, 1, "the fleet hears of a throttle of its schedule's release")
 			assert.Equal(t, fleetThrottle{"users", 3 * time.Millisecond, time.Second}, st.throttles[0])
+		})
+	}
+}
+
+// A process gives the fleet's schedule, while its pacer searches, where its
+// search started (its part of the first wave), not the rate its search
+// doubled to: the schedule sums the processes' paces and doubles the sum
+// once for the whole fleet.
+func TestFleetShare(t *testing.T) {
+	later := t0.Add(5 * doubling)
+	tests := []struct {
+		name  string
+		pacer *adaptivePacer
+		want  float64 // before the headroom
+	}{
+		// 40/s, where a search that doubled five times runs at 1280/s.
+		{"searching: where it started", &adaptivePacer{state: pacerSearching, start: t0, reacted: t0, period: 1, burst: 10},
+			searchStart * 10},
+		// On its CUBIC curve, 0.5 s after the fit of 400/s.
+		{"steady: its rate", &adaptivePacer{state: pacerSteady, start: t0, reacted: t0, last: t0, base: 400},
+			400 * (1 + cubic*math.Pow(0.5-math.Cbrt((1-dip)/cubic), 3))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := New(clocktest.NewJumping(later), options.QueueOptions{Store: newMemStore(nil)})
+			n := &node{shared: true, lastEnd: later, pacer: tt.pacer}
+			p, ok := q.fleetShare(n, later)
+			require.True(t, ok)
+			assert.InDelta(t, tt.want*fleetHeadroom, p.Rate, tt.want/100)
 		})
 	}
 }
