@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,6 +180,9 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 	start := time.Now()
 	if p.timeline {
 		defer timeline(srv, p.n, start)()
+		if row.store {
+			defer scheduleTimeline(rs.Addr(), prefix, start)()
+		}
 	}
 	var wg sync.WaitGroup
 	reports := make([]workerReport, len(procs))
@@ -269,6 +273,51 @@ func timeline(srv *throttletest.Server, n int, start time.Time) (done func()) {
 		<-ended
 		tick.Stop()
 		progress.Printf("timeline from %s, 2xx/429 per 250 ms:%s", start.Format(time.TimeOnly), line.String())
+	}
+}
+
+// scheduleTimeline prints, once the row is done, each change of the rate
+// of the fleet's schedules in Redis at addr under prefix, polled every
+// 20 ms from start: what the fleet learned, and when. Call what it
+// returns when the row is done.
+func scheduleTimeline(addr, prefix string, start time.Time) (done func()) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	stop := make(chan struct{})
+	ended := make(chan struct{})
+	var line strings.Builder
+	go func() {
+		defer close(ended)
+		ctx := context.Background()
+		last := map[string]string{}
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			iter := rdb.Scan(ctx, 0, "{"+prefix+"}:gcra:*", 100).Iterator()
+			for iter.Next(ctx) {
+				h, err := rdb.HMGet(ctx, iter.Val(), "rate", "since", "hold").Result()
+				if err != nil || h[0] == nil {
+					continue
+				}
+				rate, since, hold := fmt.Sprint(h[0]), fmt.Sprint(h[1]), fmt.Sprint(h[2])
+				if last[iter.Val()] == rate+since {
+					continue
+				}
+				last[iter.Val()] = rate + since
+				holdUS, _ := strconv.ParseInt(hold, 10, 64)
+				fmt.Fprintf(&line, " %.2fs:%s/s(hold %s)", time.Since(start).Seconds(), rate, time.Duration(holdUS)*time.Microsecond)
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-ended
+		_ = rdb.Close()
+		progress.Printf("the fleet's schedule from %s, its rate at each change:%s", start.Format(time.TimeOnly), line.String())
 	}
 }
 

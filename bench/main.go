@@ -68,7 +68,7 @@ func mainErr(args []string) error {
 	fs.DurationVar(&p.reqTimeout, "timeout", 60*time.Second, "cap on one request, retries included")
 	fs.DurationVar(&p.runTimeout, "run-timeout", 3*time.Minute, "cap on one client's run; requests still going then count as errors")
 	fs.DurationVar(&p.heldAfter, "held", 100*time.Millisecond, "a request to the API that is not throttled counts as held when its first attempt arrives later than this after it was issued")
-	fs.BoolVar(&p.timeline, "timeline", false, "with -fleet, print each row's 2xx and 429 answers per quarter second: where a slow row lost its time")
+	fs.BoolVar(&p.timeline, "timeline", false, "with -fleet, print each row's 2xx and 429 answers per quarter second and, with the store, each change of the fleet schedule's rate: where a slow row lost its time")
 	scenarioList := fs.String("scenarios", keys(scenarios, func(s scenario) string { return s.key }),
 		"comma-separated scenarios; \"plain\" names those without workloads, \"real\" those with")
 	clientList := fs.String("clients", keys(clients, func(c client) string { return c.key }), "comma-separated clients")
