@@ -247,33 +247,16 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 // succeeded: where a slow row lost its time. Call what it returns when
 // the row is done.
 func timeline(srv *throttletest.Server, n int, start time.Time) (done func()) {
-	tick := time.NewTicker(250 * time.Millisecond)
-	stop := make(chan struct{})
-	ended := make(chan struct{})
 	var line strings.Builder
-	go func() {
-		defer close(ended)
-		prev := srv.Stats()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			st := srv.Stats()
-			fmt.Fprintf(&line, " %d/%d", st.OK-prev.OK, st.Throttled-prev.Throttled)
-			prev = st
-			if st.OK >= n {
-				return
-			}
-		}
-	}()
-	return func() {
-		close(stop)
-		<-ended
-		tick.Stop()
+	prev := srv.Stats()
+	return poll(250*time.Millisecond, func() bool {
+		st := srv.Stats()
+		fmt.Fprintf(&line, " %d/%d", st.OK-prev.OK, st.Throttled-prev.Throttled)
+		prev = st
+		return st.OK < n
+	}, func() {
 		progress.Printf("timeline from %s, 2xx/429 per 250 ms:%s", start.Format(time.TimeOnly), line.String())
-	}
+	})
 }
 
 // scheduleTimeline prints, once the row is done, each change of the rate
@@ -282,42 +265,56 @@ func timeline(srv *throttletest.Server, n int, start time.Time) (done func()) {
 // returns when the row is done.
 func scheduleTimeline(addr, prefix string, start time.Time) (done func()) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	ctx := context.Background()
+	var line strings.Builder
+	last := map[string]string{}
+	return poll(20*time.Millisecond, func() bool {
+		iter := rdb.Scan(ctx, 0, "{"+prefix+"}:gcra:*", 100).Iterator()
+		for iter.Next(ctx) {
+			h, err := rdb.HMGet(ctx, iter.Val(), "rate", "since", "hold").Result()
+			if err != nil || h[0] == nil {
+				continue
+			}
+			rate, since, hold := fmt.Sprint(h[0]), fmt.Sprint(h[1]), fmt.Sprint(h[2])
+			if last[iter.Val()] == rate+since {
+				continue
+			}
+			last[iter.Val()] = rate + since
+			holdUS, _ := strconv.ParseInt(hold, 10, 64)
+			fmt.Fprintf(&line, " %.2fs:%s/s(hold %s)", time.Since(start).Seconds(), rate, time.Duration(holdUS)*time.Microsecond)
+		}
+		return true
+	}, func() {
+		_ = rdb.Close()
+		progress.Printf("the fleet's schedule from %s, its rate at each change:%s", start.Format(time.TimeOnly), line.String())
+	})
+}
+
+// poll calls sample every interval, on a goroutine of its own, until
+// sample returns false or done is called; done then waits for that
+// goroutine and calls report.
+func poll(every time.Duration, sample func() bool, report func()) (done func()) {
+	tick := time.NewTicker(every)
 	stop := make(chan struct{})
 	ended := make(chan struct{})
-	var line strings.Builder
 	go func() {
 		defer close(ended)
-		ctx := context.Background()
-		last := map[string]string{}
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-tick.C:
 			}
-			iter := rdb.Scan(ctx, 0, "{"+prefix+"}:gcra:*", 100).Iterator()
-			for iter.Next(ctx) {
-				h, err := rdb.HMGet(ctx, iter.Val(), "rate", "since", "hold").Result()
-				if err != nil || h[0] == nil {
-					continue
-				}
-				rate, since, hold := fmt.Sprint(h[0]), fmt.Sprint(h[1]), fmt.Sprint(h[2])
-				if last[iter.Val()] == rate+since {
-					continue
-				}
-				last[iter.Val()] = rate + since
-				holdUS, _ := strconv.ParseInt(hold, 10, 64)
-				fmt.Fprintf(&line, " %.2fs:%s/s(hold %s)", time.Since(start).Seconds(), rate, time.Duration(holdUS)*time.Microsecond)
+			if !sample() {
+				return
 			}
 		}
 	}()
 	return func() {
 		close(stop)
 		<-ended
-		_ = rdb.Close()
-		progress.Printf("the fleet's schedule from %s, its rate at each change:%s", start.Format(time.TimeOnly), line.String())
+		tick.Stop()
+		report()
 	}
 }
 

@@ -62,6 +62,18 @@ func fitSchedule(t *testing.T, s *Store, host, budget string, rate float64) {
 		"hold", time.Hour.Microseconds(), "born", now.UnixMicro()).Err())
 }
 
+// newSchedule returns a store whose budget h/b has the schedule fields
+// (name, value, ...) that fields gives from Redis's now, in µs.
+func newSchedule(t *testing.T, fields func(now int64) []any) *Store {
+	t.Helper()
+	ctx := context.Background()
+	s := newStore(t, shared)
+	now, err := s.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), fields(now.UnixMicro())...).Err())
+	return s
+}
+
 func fittedRate(t *testing.T, s *Store) float64 {
 	t.Helper()
 	v, err := s.rdb.HGet(context.Background(), s.keys.schedule("h", "b"), "rate").Result()
@@ -221,12 +233,11 @@ func TestReserveDoesNotProbeThroughIdleTime(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			s := newStore(t, shared)
-			now, err := s.rdb.Time(ctx).Result()
-			require.NoError(t, err)
-			since := now.UnixMicro() - (2500 * time.Millisecond).Microseconds()
-			require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "rate", 100, "since", since,
-				"hold", probeAfter.Microseconds(), "born", since, "tat", since+tt.lastSlot.Microseconds()).Err())
+			s := newSchedule(t, func(now int64) []any {
+				since := now - (2500 * time.Millisecond).Microseconds()
+				return []any{"rate", 100, "since", since, "hold", probeAfter.Microseconds(), "born", since,
+					"tat", since + tt.lastSlot.Microseconds()}
+			})
 			var last time.Duration
 			for range 40 {
 				res, err := s.Reserve(ctx, "h", "b", Pace{Rate: 1, Burst: 1}, time.Minute)
@@ -256,16 +267,13 @@ func TestMarkReadsOnlyBusyTime(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			s := newStore(t, shared)
-			now, err := s.rdb.Time(ctx).Result()
-			require.NoError(t, err)
-			long := now.UnixMicro() - time.Minute.Microseconds()
-			tat := now.UnixMicro()
-			if tt.idle {
-				tat -= (2 * time.Second).Microseconds()
-			}
-			require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "rate", 400, "since", long,
-				"hold", time.Hour.Microseconds(), "born", long, "tat", tat).Err())
+			s := newSchedule(t, func(now int64) []any {
+				long, tat := now-time.Minute.Microseconds(), now
+				if tt.idle {
+					tat -= (2 * time.Second).Microseconds()
+				}
+				return []any{"rate", 400, "since", long, "hold", time.Hour.Microseconds(), "born", long, "tat", tat}
+			})
 			if tt.idle {
 				for range 40 {
 					_, err := s.Reserve(ctx, "h", "b", Pace{Rate: 1, Burst: 1}, time.Minute)
