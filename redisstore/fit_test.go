@@ -160,7 +160,8 @@ func TestThrottledIgnoresTheSameCongestion(t *testing.T) {
 	require.NoError(t, s.Throttled(ctx, "h", "b", time.Second, 3*time.Second))
 	require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
 	fit := fittedRate(t, s)
-	require.InDelta(t, 400*fitShare, fit, 8)
+	// The span is measured on Redis's clock, after the seeding: within 5 %.
+	require.InDelta(t, 400*fitShare, fit, 400*fitShare/20)
 	// Sent 1 ms before this report, within two round trips of the fit.
 	require.NoError(t, s.Throttled(ctx, "h", "b", time.Millisecond, 3*time.Second))
 	assert.Equal(t, fit, fittedRate(t, s))
