@@ -102,31 +102,31 @@
 //     held URLs, paths and nodes, the newest kept (aged by the order of
 //     their throttles, so that many ending at one instant are told apart);
 //     a host idle for the recovery window is forgotten.
-//  10. A fleet (options.QueueOptions.Store, store.go): processes that
-//     share budgets share what they learn. A throttle of a host is told
-//     to the store (the server's own hold of a path with SetHold, else
-//     MarkActive once a minute), which tells every process within a round
-//     trip. A process with no throttle of its own for a host the fleet
-//     holds reads the fleet's state once (State, at most once a second):
-//     the holds become its held paths and URLs, each budget's pace (one
-//     process's) a budget paced at it, which its own answers tune from
-//     then on. A request a budget's pacer releases takes its slot in
-//     the budget's fleet-wide schedule (Reserve, one round trip), which
-//     sees every release of the fleet. From its first release it searches
-//     for the budget's rate as one process's pacer does, for the whole
-//     fleet: from the sum of where the processes' own searches started,
-//     each from its part of the first wave; each throttle of a release it made is told to it (Throttled):
-//     the first stops the search, and from two throttles it fits the
-//     budget's one rate (what the fleet sent between them, less what was
-//     throttled, over the time between, when the fleet kept the schedule
-//     busy meanwhile); its hold and probe, like a pacer's, count only the
-//     time the fleet kept it busy. The schedule alone spaces the releases: the
+//  10. A fleet (options.QueueOptions.Store, store.go): processes that share
+//     budgets share what they learn. A throttle of a host is told to the
+//     store (the server's own hold of a path with SetHold, else MarkActive
+//     once a minute), which tells every process within a round trip. A
+//     process with no throttle of its own for a host the fleet holds reads
+//     the fleet's state once (State, at most once a second): the holds
+//     become its held paths and URLs, each budget's pace (one process's) a
+//     budget paced at it, which its own answers tune from then on. A request
+//     a budget's pacer releases takes its slot in the budget's fleet-wide
+//     schedule (Reserve, one round trip), which sees every release of the
+//     fleet. From its first release it searches for the budget's rate as one
+//     process's pacer does, for the whole fleet: from the sum of where the
+//     processes' own searches started, each from its part of the first wave;
+//     each throttle of a release it made is told to it (Throttled): the
+//     first stops the search, and from two throttles it fits the budget's
+//     one rate (what the fleet sent between them, less what was throttled,
+//     over the time between, when the fleet kept the schedule busy
+//     meanwhile); its hold and probe, like a pacer's, count only the time
+//     the fleet kept it busy. The schedule alone spaces the releases: the
 //     process adds no spacing of its own, keeps at most maxReserving
-//     reservations under way per budget, and its pacer only learns, for
-//     when the store fails. One rate, not a share per process, so that a
-//     process whose work ends first leaves nothing unused. The store fails open:
-//     an error leaves every decision local, and its calls are bounded by
-//     the store's own timeout, never a hold past the request's limits.
-//     A host no process saw throttled costs one lookup in the store's
-//     memory: no round trip, no lock, no allocation.
+//     reservations under way per budget, and its pacer only learns, for when
+//     the store fails. One rate, not a share per process, so that a process
+//     whose work ends first leaves nothing unused. The store fails open: an
+//     error leaves every decision local, and its calls are bounded by the
+//     store's own timeout, never a hold past the request's limits. A host no
+//     process saw throttled costs one lookup in the store's memory: no round
+//     trip, no lock, no allocation.
 package throttle
