@@ -56,7 +56,7 @@ const (
 )
 
 // latencyBuckets suit a store call: tens of microseconds on loopback to the
-// 25 ms default timeout, and a few beyond for larger timeouts.
+// 50 ms default timeout, and a few beyond for larger timeouts.
 var latencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25}
 
 type instruments struct {

@@ -182,7 +182,7 @@ func newClient(t testing.TB, srv *server) *redis.Client {
 }
 
 // testTimeout replaces DefaultTimeout in the tests that do not test it:
-// on a shared machine under -race a healthy call may take longer than 25 ms.
+// on a shared machine under -race a healthy call may take longer than 50 ms.
 const testTimeout = 5 * time.Second
 
 // newStore returns a store on a fresh client of srv, with a prefix of the
