@@ -295,7 +295,7 @@ local ago = tonumber(ARGV[11])
 local sent = now - ago
 redis.call('ZADD', KEYS[5], sent, string.format('%.0f %s', now, ARGV[4]))
 keep(KEYS[5])
-local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle')
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle', 'born', 'busy')
 local sum, sburst = shares()
 local rate = rateAt(sent, sched, sum, sburst)
 if rate <= 0 then return {0, 0} end
@@ -303,7 +303,7 @@ local since = tonumber(sched[3])
 if since and sent <= since + 2 * ago then return {0, math.floor(rate * 1000)} end
 -- The first of the fleet's releases meet what its processes sent before
 -- they knew of the throttle, which no schedule counts.
-local born = tonumber(redis.call('HGET', KEYS[1], 'born'))
+local born = tonumber(sched[8])
 if not born or sent <= born then return {0, math.floor(rate * 1000)} end
 local mark = tonumber(sched[5])
 local span = 0
@@ -338,7 +338,7 @@ if mark and span >= 0 and span <= tonumber(ARGV[16]) then return {0, math.floor(
 -- more, however far the schedule's rate had risen while it probed.
 -- Only what it sent since it last had requests waiting: a span that
 -- reaches back into idle time reads a rate the fleet never offered.
-local busy = tonumber(redis.call('HGET', KEYS[1], 'busy')) or born
+local busy = tonumber(sched[9]) or born
 local recent = math.min(tonumber(ARGV[18]), sent - math.max(born, busy))
 if recent >= tonumber(ARGV[14]) then
   local just = redis.call('ZCOUNT', KEYS[4], sent - recent, sent) * 1000000 / recent

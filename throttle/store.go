@@ -168,9 +168,11 @@ func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
 	if !ok {
 		return options.Pace{}, false
 	}
-	r := ap.rateAt(now)
+	var r float64
 	if ap.state == pacerSearching {
 		r = ap.searchFrom()
+	} else {
+		r = ap.rateAt(now)
 	}
 	if !(r > 0) || math.IsInf(r, 0) {
 		return options.Pace{}, false
