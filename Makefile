@@ -64,9 +64,10 @@ bench: install-deps bench-fleet
 		-full-clients ours,kiota -peer-workload user/n \
 		$(if $(filter all,$(BENCH_WORKLOADS)),,-workloads $(BENCH_WORKLOADS))
 
-# The fleet bench, about 3 minutes: 1 to 20 OS processes, each with its own
-# handler, sharing one redis-server the bench starts, into RESULTS-fleet.md.
-bench-fleet: redis-server
+# The fleet bench, about 5 minutes: 1 to 20 OS processes, each with its own
+# handler, sharing one redis-server the bench starts, against the bench's
+# token bucket and behind a real nginx, into RESULTS-fleet.md.
+bench-fleet: install-deps redis-server
 	cd bench && $(GO) run . -out . -fleet all
 
 # throttletest's models of nginx limit_req and HAProxy's stick table against

@@ -44,6 +44,11 @@ type fleetRow struct {
 	// kill, when set, kills Redis that long into the run and restarts it
 	// empty restartAfter later.
 	kill, restartAfter time.Duration
+	// nginx puts the fleet behind a real limiter instead of throttletest's
+	// bucket: nginx's limit_req at the same rate and burst, keyed by the
+	// client's address, which every process shares on loopback, answering
+	// 429 with the same Retry-After: 3.
+	nginx bool
 }
 
 var fleetRows = []fleetRow{
@@ -57,6 +62,10 @@ var fleetRows = []fleetRow{
 	{key: "8-join", title: "8 processes joining 1 s apart, store", procs: 8, store: true, join: time.Second},
 	{key: "8-kill", title: "8 processes, store; Redis killed at 2 s, restarted empty at 5 s", procs: 8, store: true,
 		kill: 2 * time.Second, restartAfter: 3 * time.Second},
+	{key: "1-nginx", title: "1 process, behind nginx", procs: 1, nginx: true},
+	{key: "8-nginx", title: "8 processes, store, behind nginx", procs: 8, store: true, nginx: true},
+	{key: "20-nginx", title: "20 processes, store, behind nginx", procs: 20, store: true, nginx: true},
+	{key: "8-nginx-nostore", title: "8 processes, no store, behind nginx", procs: 8, nginx: true},
 }
 
 // fleetResult is what one row's fleet did.
@@ -78,8 +87,12 @@ func (r fleetResult) attemptsPerRequest() float64 {
 // workerReport is what a worker process prints when it is done.
 type workerReport struct {
 	Succeeded, Failed, Errored int
-	Leaked, Goroutines         int64
-	FirstErr                   string
+	// Attempts, Refused and Early are counted in the process's transport,
+	// below its retry handler: behind nginx, the bench's server sees only
+	// what the limiter let through.
+	Attempts, Refused, Early int
+	Leaked, Goroutines       int64
+	FirstErr                 string
 }
 
 // runFleet runs the rows named in list (comma-separated keys, or "all")
@@ -129,8 +142,22 @@ func runFleetRows(w io.Writer, rows []fleetRow, p params) ([]fleetResult, error)
 // server, lets them go (row.join apart), and sums what they did.
 func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) (fleetResult, error) {
 	res := fleetResult{row: row, n: p.n, limit: perSecond(p.n, p.rate)}
-	srv := throttletest.NewServer(fleetConfig(p))
+	cfg := fleetConfig(p)
+	if row.nginx {
+		cfg = throttletest.Config{}
+		res.limit = limitReqLimit(p)
+	}
+	srv := throttletest.NewServer(cfg)
 	defer srv.Close()
+	url := srv.URL
+	if row.nginx {
+		px, err := nginxProxy(http.StatusTooManyRequests, "3")(p, srv.URL)
+		if err != nil {
+			return res, err
+		}
+		defer px.Close()
+		url = px.URL
+	}
 	if rs != nil && row.store {
 		if err := rs.Restart(); err != nil { // empty, whatever the last row left
 			return res, err
@@ -151,7 +178,7 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 	for k := range row.procs {
 		from, to := k*p.n/row.procs, (k+1)*p.n/row.procs
 		c := (k+1)*p.c/row.procs - k*p.c/row.procs
-		args := []string{"-fleet-worker", "-url", srv.URL, "-from", fmt.Sprint(from), "-n", fmt.Sprint(to - from),
+		args := []string{"-fleet-worker", "-url", url, "-from", fmt.Sprint(from), "-n", fmt.Sprint(to - from),
 			"-c", fmt.Sprint(c), "-timeout", p.reqTimeout.String()}
 		if row.store {
 			args = append(args, "-redis", rs.Addr(), "-prefix", prefix)
@@ -233,18 +260,26 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 		res.errored += r.Errored
 		res.leaked += r.Leaked
 		res.goroutines += r.Goroutines
+		if row.nginx {
+			res.attempts += r.Attempts
+			res.throttled += r.Refused
+			res.early += r.Early
+		}
 		if res.firstErr == "" {
 			res.firstErr = r.FirstErr
 		}
 	}
-	st := srv.Stats()
-	res.attempts, res.throttled, res.early = st.Attempts, st.Throttled, st.Early
+	if !row.nginx {
+		st := srv.Stats()
+		res.attempts, res.throttled, res.early = st.Attempts, st.Throttled, st.Early
+	}
 	return res, nil
 }
 
 // timeline prints, once the row is done, how many requests srv let through
 // and how many it throttled in each quarter second from start, until n
-// succeeded: where a slow row lost its time. Call what it returns when
+// succeeded: where a slow row lost its time. Behind nginx srv sees only
+// what nginx let through, so the 429s read 0. Call what it returns when
 // the row is done.
 func timeline(srv *throttletest.Server, n int, start time.Time) (done func()) {
 	var line strings.Builder
@@ -404,6 +439,11 @@ func fleetWorker(args []string) error {
 	wg.Wait()
 	base.CloseIdleConnections()
 	rep.Leaked = counting.leaked()
+	for _, c := range counting.counts() {
+		rep.Attempts += c.attempts
+		rep.Refused += c.refused
+		rep.Early += c.early
+	}
 	rep.Goroutines = int64(max(settle(before)-before, 0))
 	if store != nil {
 		_ = store.Close()
@@ -422,23 +462,25 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...interface{}) {}
 
-// writeFleetTable writes the fleet rows as one markdown table.
+// writeFleetTable writes the fleet rows as one markdown table, each row
+// against one process alone behind the same limiter in the same run.
 func writeFleetTable(w io.Writer, rs []fleetResult, p params) {
 	fmt.Fprintf(w, "\n### Fleet: %d GETs from %d workers shared by the processes, one token bucket %g/s burst %d, `Retry-After: 3`\n\n",
 		p.n, p.c, p.rate, p.burst)
-	fmt.Fprintf(w, "Physical limit: %s. Each process has its own `middleware.NewRetryHandler` (default options; with the store, `Queue: options.QueueOptions{Store: store}` on `redisstore.New`).\n\n",
-		secs(perSecond(p.n, p.rate)))
+	fmt.Fprintf(w, "Physical limit: %s (behind nginx: %s, since limit_req admits burst + 1 at once). Each process has its own `middleware.NewRetryHandler` (default options; with the store, `Queue: options.QueueOptions{Store: store}` on `redisstore.New`). "+
+		"The rows behind nginx put Debian's nginx (`limit_req` at the same rate and burst, `nodelay`, keyed by the client's address, which every process shares on loopback, answering 429 with `Retry-After: 3`) in front of a server that throttles nothing; their attempts and 429s are counted in each process's transport.\n\n",
+		secs(perSecond(p.n, p.rate)), secs(limitReqLimit(p)))
 	fmt.Fprintln(w, "| fleet | wall over the physical limit | vs 1 process | attempts/req | vs 1 process | 429s | lost (failed + errors) | leaked bodies | leaked goroutines |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
-	var one *fleetResult
+	alone := map[bool]*fleetResult{}
 	for i := range rs {
-		if rs[i].row.key == "1" {
-			one = &rs[i]
+		if r := &rs[i]; r.row.procs == 1 && !r.row.store {
+			alone[r.row.nginx] = r
 		}
 	}
 	for _, r := range rs {
 		vsWall, vsAtt := "", ""
-		if one != nil {
+		if one := alone[r.row.nginx]; one != nil {
 			vsWall = fmt.Sprintf("%.2fx", r.wall.Seconds()/one.wall.Seconds())
 			vsAtt = fmt.Sprintf("%+.3f", r.attemptsPerRequest()-one.attemptsPerRequest())
 		}
