@@ -194,20 +194,9 @@ func (b *batchRun) learn(q *throttle.Queue, ans *answer) {
 		if a.Status == http.StatusFailedDependency {
 			continue // the item was never run
 		}
-		var wait time.Duration
-		var named bool
-		if namesItsWait(a.Status) {
-			wait, named = RetryAfter(a.Header, a.back)
-		}
-		outcome, hold, policyHold := verdict(a.Status, wait, named)
-		if outcome == throttle.Unavailable {
-			pass := q.Bypass(a.sent)
-			outcome = q.Refused(b.req, &pass, a.back)
-			policyHold = outcome == throttle.Throttled
-		}
-		if policyHold {
-			hold = ans.policyHold()
-		}
+		pass := q.Bypass(a.sent)
+		namedWait := func() (time.Duration, bool) { return RetryAfter(a.Header, a.back) }
+		outcome, hold := classify(q, b.req, &pass, a.Status, namedWait, a.backAt, ans.policyHold)
 		if outcome != throttle.Failed {
 			q.ReportItem(a.request(b.req), a.sent, outcome, hold, a.Header, a.backAt)
 		}

@@ -393,28 +393,7 @@ func (r *run) observe(ans *answer, pass throttle.Pass) throttle.Outcome {
 		// one, and its stand-in says nothing of the batch's own URL.
 		outcome = throttle.Succeeded
 	default:
-		var policyHold bool
-		status := ans.resp.StatusCode
-		var wait time.Duration
-		var named bool
-		if namesItsWait(status) {
-			wait, named = ans.namedWait()
-		}
-		outcome, hold, policyHold = verdict(status, wait, named)
-		if outcome == throttle.Unavailable {
-			outcome = throttle.Failed
-			if q != nil {
-				outcome = q.Refused(r.req, &pass, ans.back.now())
-			}
-			// Taken for a capacity limit, it is a throttle to the outage
-			// gate too: the host is answering. Otherwise, an outage or a
-			// server failing at random: nothing to learn a pace from, and
-			// no hold to ask the policy for.
-			policyHold = outcome == throttle.Throttled
-		}
-		if policyHold && q != nil {
-			hold = ans.policyHold()
-		}
+		outcome, hold = classify(q, r.req, &pass, ans.resp.StatusCode, ans.namedWait, ans.back.now, ans.policyHold)
 	}
 	if q != nil {
 		var header http.Header
@@ -459,6 +438,38 @@ func verdict(status int, wait time.Duration, named bool) (o throttle.Outcome, ho
 		return throttle.Succeeded, 0, false
 	}
 	return throttle.Failed, 0, false
+}
+
+// classify is how the queue takes an answer with status, an attempt's
+// or a JSON batch item's: its outcome and, for a throttle, how long it
+// holds its target. namedWait parses the answer's Retry-After and is
+// called only when verdict reads it. A 503 that names no wait is put to q
+// (nil: the queue is off, and it is a failure) through pass, which tells
+// a capacity limit from an outage; back returns when the answer came.
+// A throttle that names no wait holds its target for policyHold's delay.
+func classify(q *throttle.Queue, req *http.Request, pass *throttle.Pass, status int,
+	namedWait func() (time.Duration, bool), back func() time.Time, policyHold func() time.Duration) (throttle.Outcome, time.Duration) {
+	var wait time.Duration
+	var named bool
+	if namesItsWait(status) {
+		wait, named = namedWait()
+	}
+	outcome, hold, byPolicy := verdict(status, wait, named)
+	if outcome == throttle.Unavailable {
+		outcome = throttle.Failed
+		if q != nil {
+			outcome = q.Refused(req, pass, back())
+		}
+		// Taken for a capacity limit, it is a throttle to the outage
+		// gate too: the host is answering. Otherwise, an outage or a
+		// server failing at random: nothing to learn a pace from, and
+		// no hold to ask the policy for.
+		byPolicy = outcome == throttle.Throttled
+	}
+	if byPolicy && q != nil {
+		hold = policyHold()
+	}
+	return outcome, hold
 }
 
 // attemptRequest clones the caller's request for attempt retry+1 with a

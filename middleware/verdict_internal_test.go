@@ -59,3 +59,35 @@ func TestAnswerParsesItsWaitOnce(t *testing.T) {
 	assert.True(t, a.HasRetryAfter)
 	assert.Equal(t, 3*time.Second, a.RetryAfter, "the wait read for the queue")
 }
+
+// With the queue off, an answer is read alone: a bare 503 is a failure
+// and no throttle is held for the policy's delay; the wait is parsed only
+// for the statuses judged by it.
+func TestClassifyWithTheQueueOff(t *testing.T) {
+	tests := []struct {
+		name   string
+		status int
+		named  time.Duration // 0: none named
+		want   throttle.Outcome
+		hold   time.Duration
+		parsed bool
+	}{
+		{"a success is not parsed", http.StatusOK, 0, throttle.Succeeded, 0, false},
+		{"a 429 holds what it names", http.StatusTooManyRequests, 2 * time.Second, throttle.Throttled, 2 * time.Second, true},
+		{"a bare 429 holds nothing without a queue", http.StatusTooManyRequests, 0, throttle.Throttled, 0, true},
+		{"a bare 503 is a failure without a queue", http.StatusServiceUnavailable, 0, throttle.Failed, 0, true},
+		{"a 500 is not parsed", http.StatusInternalServerError, 0, throttle.Failed, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			parsed := false
+			namedWait := func() (time.Duration, bool) { parsed = true; return tt.named, tt.named > 0 }
+			back := func() time.Time { t.Fatal("no queue asks when the answer came"); return time.Time{} }
+			policy := func() time.Duration { t.Fatal("no queue holds for the policy's delay"); return 0 }
+			o, hold := classify(nil, nil, nil, tt.status, namedWait, back, policy)
+			assert.Equal(t, tt.want, o)
+			assert.Equal(t, tt.hold, hold)
+			assert.Equal(t, tt.parsed, parsed)
+		})
+	}
+}
