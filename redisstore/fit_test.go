@@ -309,3 +309,55 @@ func TestSearchStartsFromTheFleetsWave(t *testing.T) {
 	assert.GreaterOrEqual(t, each, 155.0)
 	assert.Less(t, each, 310.0)
 }
+
+// In the schedule's first second no throttle fits, yet one of a release
+// sent after the rate last changed says the rate is still above the
+// server's: each such throttle lowers it to settleBackoff of itself, never
+// below half of what the first throttle held.
+func TestSettlingBackoff(t *testing.T) {
+	ms := time.Millisecond.Microseconds()
+	tests := []struct {
+		name  string
+		born  int64   // ms before now
+		since int64   // ms before now: the last change, and its mark
+		floor float64 // 0: the first throttle came after the settling time
+		rate  float64
+		want  float64
+	}{
+		{"backs off", 200, 100, 500, 1000, 1000 * settleBackoff},
+		{"floor", 200, 100, 500, 600, 500},
+		{"seen late", 200, 5, 500, 1000, 1000},
+		{"no floor", 200, 100, 0, 1000, 1000},
+		{"settled", 2000, 100, 500, 1000, 1000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := newSchedule(t, func(now int64) []any {
+				f := []any{"rate", tt.rate, "since", now - tt.since*ms, "mark", now - tt.since*ms,
+					"hold", probeAfter.Microseconds(), "born", now - tt.born*ms}
+				if tt.floor > 0 {
+					f = append(f, "floor", tt.floor)
+				}
+				return f
+			})
+			// Sent 10 ms ago: past the last change by more than twice
+			// its round trip, unless the change came 5 ms ago.
+			require.NoError(t, s.Throttled(ctx, "h", "b", 10*time.Millisecond, 3*time.Second))
+			assert.InDelta(t, tt.want, fittedRate(t, s), 0.01)
+		})
+	}
+}
+
+// The first throttle in the settling time sets the floor the later ones
+// back off to: half the rate it holds.
+func TestSettlingFloor(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, shared)
+	_, err := s.Reserve(ctx, "h", "b", Pace{Rate: 1000, Burst: 1}, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
+	floor, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "floor").Float64()
+	require.NoError(t, err)
+	assert.InDelta(t, fittedRate(t, s)/2, floor, 0.01)
+}

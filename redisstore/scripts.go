@@ -151,6 +151,8 @@ return 1
 //	       server's
 //	busy   when the schedule last had requests waiting again after such
 //	       a time (µs)
+//	floor  half the rate its first throttle held, when that came in its
+//	       settling time: the least its later throttles then lower it to
 //
 // and two sorted sets of send times (µs): KEYS[4] the releases the schedule
 // made, KEYS[5] the throttled ones the processes reported.
@@ -163,7 +165,9 @@ return 1
 // [13] fit share, [14] least span (µs), [15] least releases, [16] most
 // span (µs), [17] settling time (µs), [18] the span over which the
 // fleet's recent rate is read (µs), [19] the least share of the
-// schedule's rate a span's releases must reach for the fit to read it.
+// schedule's rate a span's releases must reach for the fit to read it,
+// [20] the mark's hold (µs), [21] the share of the rate a throttle in the
+// settling time keeps.
 const fleetRate = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -295,7 +299,7 @@ local ago = tonumber(ARGV[11])
 local sent = now - ago
 redis.call('ZADD', KEYS[5], sent, string.format('%.0f %s', now, ARGV[4]))
 keep(KEYS[5])
-local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle', 'born', 'busy')
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle', 'born', 'busy', 'floor')
 local sum, sburst = shares()
 local rate = rateAt(sent, sched, sum, sburst)
 if rate <= 0 then return {0, 0} end
@@ -331,6 +335,19 @@ if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) and sent >
     return {1, math.floor(rate * 1000)}
   end
 end
+-- In the schedule's first second nothing fits, yet a throttle of a release
+-- sent after the last change says the rate is still above the server's:
+-- a plain decrease, to ARGV[21] of it, as a process's pacer makes for a
+-- throttle its fit cannot explain, and never below half what the first
+-- throttle held. Held above the server's rate, the schedule would take
+-- every worker the first wave left free into a Retry-After.
+local floor = tonumber(sched[10])
+if mark and floor and sent < born + tonumber(ARGV[17]) then
+  rate = math.max(rate * tonumber(ARGV[21]), floor)
+  redis.call('HSET', KEYS[1], 'mark', string.format('%.0f', sent), 'rate', string.format('%.6g', rate),
+    'since', string.format('%.0f', now), 'hold', ARGV[20])
+  return {1, math.floor(rate * 1000)}
+end
 if mark and span >= 0 and span <= tonumber(ARGV[16]) then return {0, math.floor(rate * 1000)} end
 -- The bucket was empty at sent: what the fleet sends from here is counted
 -- against it. Meanwhile the fleet sends at what it sent just before,
@@ -346,6 +363,7 @@ if recent >= tonumber(ARGV[14]) then
 end
 redis.call('HSET', KEYS[1], 'mark', string.format('%.0f', sent), 'rate', string.format('%.6g', rate),
   'since', string.format('%.0f', now), 'hold', ARGV[20])
+if sent < born + tonumber(ARGV[17]) then redis.call('HSET', KEYS[1], 'floor', string.format('%.6g', rate / 2)) end
 redis.call('HDEL', KEYS[1], 'step', 'idle')
 expire(tonumber(sched[1]))
 return {1, math.floor(rate * 1000)}
