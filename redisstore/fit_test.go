@@ -142,7 +142,8 @@ func TestThrottledFitsTheFleetsRate(t *testing.T) {
 // A throttle of a request sent before the last change of the rate, or so
 // soon after that it met the same congestion, changes nothing. One in the
 // fleet's first second, when some of its sends went unscheduled, stops
-// the search but fits nothing.
+// the search but fits nothing, and sets the floor below which the
+// settling time never lowers the rate.
 func TestThrottledIgnoresTheSameCongestion(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, shared)
@@ -153,6 +154,9 @@ func TestThrottledIgnoresTheSameCongestion(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, step, "the throttle stopped the search")
 	assert.InDelta(t, 1000, fittedRate(t, s), 100, "a schedule born now fits nothing yet")
+	floor, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "floor").Float64()
+	require.NoError(t, err)
+	assert.InDelta(t, fittedRate(t, s)/2, floor, 0.01, "what later throttles of its settling time may lower it to")
 
 	seedReleases(t, s, 150, recentSpan, time.Second)
 	seedReleases(t, s, 600, time.Second, 0)
@@ -347,17 +351,4 @@ func TestSettlingBackoff(t *testing.T) {
 			assert.InDelta(t, tt.want, fittedRate(t, s), 0.01)
 		})
 	}
-}
-
-// The first throttle in the settling time sets the floor the later ones
-// back off to: half the rate it holds.
-func TestSettlingFloor(t *testing.T) {
-	ctx := context.Background()
-	s := newStore(t, shared)
-	_, err := s.Reserve(ctx, "h", "b", Pace{Rate: 1000, Burst: 1}, time.Minute)
-	require.NoError(t, err)
-	require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
-	floor, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "floor").Float64()
-	require.NoError(t, err)
-	assert.InDelta(t, fittedRate(t, s)/2, floor, 0.01)
 }

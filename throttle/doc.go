@@ -107,16 +107,19 @@
 //     store (the server's own hold of a path with SetHold, else MarkActive
 //     once a minute), which tells every process within a round trip. A
 //     process with no throttle of its own for a host the fleet holds reads
-//     the fleet's state once (State, at most once a second): the holds
-//     become its held paths and URLs, each budget's pace (one process's) a
-//     budget paced at it, which its own answers tune from then on. A request
+//     the fleet's state once (State, at most once a second; requests that
+//     come during that round trip wait for its answer): the holds become
+//     its held paths and URLs, each budget's pace (one process's) a budget
+//     paced at it, which its own answers tune from then on. A request
 //     a budget's pacer releases takes its slot in the budget's fleet-wide
 //     schedule (Reserve, one round trip), which sees every release of the
 //     fleet. From its first release it searches for the budget's rate as one
 //     process's pacer does, for the whole fleet: from the sum of where the
 //     processes' own searches started, each from its part of the first wave;
 //     each throttle of a release it made is told to it (Throttled): the
-//     first stops the search, and from two throttles it fits the budget's
+//     first stops the search, each later one in its first second lowers
+//     the rate to 0.7 of itself (no lower than half of what the first
+//     held), and from two throttles it fits the budget's
 //     one rate (what the fleet sent between them, less what was throttled,
 //     over the time between, when the fleet kept the schedule busy
 //     meanwhile); its hold and probe, like a pacer's, count only the time

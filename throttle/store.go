@@ -54,7 +54,9 @@ const (
 // about one host. Its fields are atomics: they are read before the host's
 // lock is taken and written around round trips, which never hold it.
 type fleetHost struct {
-	joining atomic.Bool  // a request is reading the fleet's state
+	// reading is closed when the read of the fleet's state under way
+	// ends; nil when none is.
+	reading atomic.Pointer[chan struct{}]
 	joined  atomic.Int64 // when it was last read, in Unix nanoseconds
 	marked  atomic.Int64 // when this process last told the fleet, in Unix nanoseconds
 }
@@ -68,10 +70,14 @@ func (q *Queue) fleetActive(host string) bool {
 // join reads what the fleet knows of host, which some other process saw
 // throttled, and takes it as this process's own: its holds as held URLs
 // and paths, its paces as budgets paced at them. It returns the host's
-// state, active, or nil when another request is reading it (that request
-// goes on unheld) or read it less than joinEvery ago. The round trip is
-// made without the host's lock; a store that fails leaves the host active
-// with what this process knows.
+// state, active, or nil when it was read less than joinEvery ago and the
+// host is not active here (the request goes on unheld). A request that
+// comes while another reads it waits for that answer, or for its own
+// context: one round trip, bounded by the store's own timeout. Sent
+// unheld meanwhile, a joining process's first requests all go at once
+// into a budget the fleet paces, and its throttles take its workers into
+// a Retry-After. The round trip is made without the host's lock; a store
+// that fails leaves the host active with what this process knows.
 func (q *Queue) join(ctx context.Context, host string) *hostState {
 	now := q.clock.Now()
 	s := q.state(host, true, now)
@@ -79,10 +85,23 @@ func (q *Queue) join(ctx context.Context, host string) *hostState {
 		return s
 	}
 	f := &s.fleet
-	if now.UnixNano()-f.joined.Load() < int64(joinEvery) || !f.joining.CompareAndSwap(false, true) {
+	if ch := f.reading.Load(); ch != nil {
+		return awaitJoin(ctx, s, *ch)
+	}
+	if now.UnixNano()-f.joined.Load() < int64(joinEvery) {
 		return nil
 	}
-	defer f.joining.Store(false)
+	done := make(chan struct{})
+	if !f.reading.CompareAndSwap(nil, &done) {
+		if ch := f.reading.Load(); ch != nil {
+			return awaitJoin(ctx, s, *ch)
+		}
+		return nil
+	}
+	defer func() {
+		f.reading.Store(nil)
+		close(done)
+	}()
 	f.joined.Store(now.UnixNano())
 	st, err := q.store.State(ctx, host)
 	now = q.clock.Now()
@@ -95,6 +114,20 @@ func (q *Queue) join(ctx context.Context, host string) *hostState {
 	s.seen.Store(now.Unix())
 	if err == nil {
 		q.adopt(s, st, now)
+	}
+	return s
+}
+
+// awaitJoin waits until the read of the fleet's state that closes done
+// ends, or ctx does, and returns s when that read left it active.
+func awaitJoin(ctx context.Context, s *hostState, done <-chan struct{}) *hostState {
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil
+	}
+	if !s.active.Load() {
+		return nil
 	}
 	return s
 }

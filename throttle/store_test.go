@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -340,6 +341,79 @@ func TestFleetShare(t *testing.T) {
 			p, ok := q.fleetShare(n, later)
 			require.True(t, ok)
 			assert.InDelta(t, tt.want*fleetHeadroom, p.Rate, tt.want/100)
+		})
+	}
+}
+
+// gatedStore is a memStore whose State waits until gate is closed: a
+// round trip under way.
+type gatedStore struct {
+	*memStore
+	gate chan struct{}
+}
+
+func (g gatedStore) State(ctx context.Context, host string) (options.FleetState, error) {
+	<-g.gate
+	return g.memStore.State(ctx, host)
+}
+
+// A request that comes while another reads the fleet's state waits for
+// that answer and goes at the fleet's pace, rather than unheld into a
+// budget the fleet throttles; one whose context ends first stops waiting.
+func TestStoreJoinWaitsForTheFleetsState(t *testing.T) {
+	tests := []struct {
+		name     string
+		cancel   bool // the second request's context ends during the read
+		reserves int  // round trips for fleet slots, both requests
+		err      error
+	}{
+		{"waits for the answer", false, 2, nil},
+		{"until its context ends", true, 1, context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				clk := clocktest.NewJumping(t0)
+				st := gatedStore{newMemStore(clk.Now), make(chan struct{})}
+				st.active["graph.test"] = true
+				st.paces["users"] = options.Pace{Rate: 50, Burst: 1}
+				q := New(clk, options.QueueOptions{Store: st})
+				ctx := context.WithValue(context.Background(), queueKey{}, q)
+				admit := func(ctx context.Context, id string) <-chan error {
+					done := make(chan error, 1)
+					go func() {
+						req := get(t, graph+"/v1.0/users/"+id, "")
+						p, err := q.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+						if err == nil {
+							q.Report(req, p, Succeeded, 0, nil, clk.Now)
+						}
+						done <- err
+					}()
+					return done
+				}
+				first := admit(ctx, "a")
+				synctest.Wait() // the first request is reading the fleet's state
+				ctx2, cancel := context.WithCancel(ctx)
+				defer cancel()
+				second := admit(ctx2, "b")
+				synctest.Wait()
+				select {
+				case err := <-second:
+					t.Fatalf("the second request went on during the read: %v", err)
+				default:
+				}
+				if tt.cancel {
+					cancel()
+					require.ErrorIs(t, <-second, tt.err)
+				}
+				close(st.gate)
+				require.NoError(t, <-first)
+				if !tt.cancel {
+					require.NoError(t, <-second)
+				}
+				assert.Equal(t, 1, st.count("state"), "one read for both")
+				assert.Equal(t, tt.reserves, st.count("reserve"))
+			})
 		})
 	}
 }
