@@ -317,18 +317,21 @@ var ErrHoldTooLong = errors.New("throttle: held past the request's limits")
 // Refused records that the server answered req, sent as *p, at now with a
 // 503 that names no Retry-After, and reports what the queue takes it
 // for: Throttled, a capacity limit of its budget, when the host answers
-// other requests meanwhile and either a budget the server never throttled
-// by name paced p, or refusals are most of the host's recent answers (a
-// client overrunning a budget sees most of what it sends refused); Failed
-// otherwise, an outage or a server failing some requests at random, which
-// says nothing of a pace. It marks *p as refused; Report then takes that
-// pass and outcome. It takes the host's lock only when a budget released p.
+// other requests meanwhile, p was not released by a budget the server
+// throttled by name, and either a budget paced p or refusals are most of
+// the host's recent answers (a client overrunning a budget sees most of
+// what it sends refused); Failed otherwise, an outage or a server failing
+// some requests at random, which says nothing of a pace. It marks *p as
+// refused; Report then takes that pass and outcome. It takes the host's
+// lock only when a budget released p.
 //
 // A budget the server throttled by name (a 429, or a Retry-After) has a
-// limiter that says when it throttles: its bare 503s never slow its pace,
-// as Report takes them for failures. Taken for throttles, failures at
-// random would lower the pace at every one of them, whatever the pace,
-// down to nothing.
+// limiter that says when it throttles: its bare 503s are failures. Taken
+// for throttles, failures at random would lower the pace at every one of
+// them, whatever the pace, down to nothing; and the 503s of a server going
+// down, all at once while the last answers before it still count as
+// serving, would hold their retries a throttle's wait, past the server's
+// return, instead of behind the outage gate's probe.
 func (q *Queue) Refused(req *http.Request, p *Pass, now time.Time) Outcome {
 	p.refused = true
 	s := p.host
@@ -343,9 +346,16 @@ func (q *Queue) Refused(req *http.Request, p *Pass, now time.Time) Outcome {
 	}
 	if p.budget != nil {
 		s.mu.Lock()
-		paced := p.budget.shared && !p.budget.named
+		shared, named := p.budget.shared, p.budget.named
 		s.mu.Unlock()
-		if paced {
+		switch {
+		case named:
+			// Its limiter names its throttles: a bare 503 is the
+			// server failing, however many come at once (a server
+			// going down answers every request so), and a retry of it
+			// goes when the host is back, not a throttle's wait later.
+			return Failed
+		case shared:
 			return Throttled
 		}
 	}

@@ -414,10 +414,10 @@ func releases(t *testing.T, clk *clocktest.Clock, admits []<-chan admitted) []ti
 }
 
 // TestQueueRefused checks how a 503 without Retry-After is read: a
-// capacity limit (a throttle) when the host serves others meanwhile and
-// refusals are most of its recent answers or a budget paced the request
-// that the server never throttled by name; otherwise a failure that
-// teaches no pace.
+// capacity limit (a throttle) when the host serves others meanwhile, the
+// server never throttled by name the budget that paced the request, and
+// refusals are most of its recent answers or a budget paced it; otherwise
+// a failure that teaches no pace.
 func TestQueueRefused(t *testing.T) {
 	req := &http.Request{URL: &url.URL{Scheme: "https", Host: "graph.test", Path: "/v1.0/users/1"}}
 	tests := []struct {
@@ -432,7 +432,7 @@ func TestQueueRefused(t *testing.T) {
 		{"most refused: an overrun budget", 40, 160, false, false, Throttled},
 		{"a budget paced it", 70, 1, true, false, Throttled},
 		{"a budget throttled by 429s paced it: failures at random", 70, 30, true, true, Failed},
-		{"a budget throttled by 429s, most refused", 40, 160, true, true, Throttled},
+		{"a budget throttled by 429s, most refused: a server going down", 40, 160, true, true, Failed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
