@@ -85,26 +85,29 @@ func (q *Queue) join(ctx context.Context, host string) *hostState {
 		return s
 	}
 	f := &s.fleet
+	if f.reading.Load() == nil && now.UnixNano()-f.joined.Load() >= int64(joinEvery) {
+		done := make(chan struct{})
+		if f.reading.CompareAndSwap(nil, &done) {
+			defer func() {
+				f.reading.Store(nil)
+				close(done)
+			}()
+			f.joined.Store(now.UnixNano())
+			return q.readFleet(ctx, host, s)
+		}
+	}
 	if ch := f.reading.Load(); ch != nil {
 		return awaitJoin(ctx, s, *ch)
 	}
-	if now.UnixNano()-f.joined.Load() < int64(joinEvery) {
-		return nil
-	}
-	done := make(chan struct{})
-	if !f.reading.CompareAndSwap(nil, &done) {
-		if ch := f.reading.Load(); ch != nil {
-			return awaitJoin(ctx, s, *ch)
-		}
-		return nil
-	}
-	defer func() {
-		f.reading.Store(nil)
-		close(done)
-	}()
-	f.joined.Store(now.UnixNano())
+	return nil
+}
+
+// readFleet reads the fleet's state of host, one round trip without the
+// host's lock, and takes it as s's own; nil when s was forgotten
+// meanwhile.
+func (q *Queue) readFleet(ctx context.Context, host string, s *hostState) *hostState {
 	st, err := q.store.State(ctx, host)
-	now = q.clock.Now()
+	now := q.clock.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.forgotten {
