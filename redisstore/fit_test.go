@@ -74,6 +74,15 @@ func newSchedule(t *testing.T, fields func(now int64) []any) *Store {
 	return s
 }
 
+// searching reports whether budget h/b's schedule still searches for the
+// budget's rate: no throttle has fitted it.
+func searching(t *testing.T, s *Store) bool {
+	t.Helper()
+	step, err := s.rdb.HExists(context.Background(), s.keys.schedule("h", "b"), "step").Result()
+	require.NoError(t, err)
+	return step
+}
+
 func fittedRate(t *testing.T, s *Store) float64 {
 	t.Helper()
 	v, err := s.rdb.HGet(context.Background(), s.keys.schedule("h", "b"), "rate").Result()
@@ -99,11 +108,11 @@ func TestThrottledFitsTheFleetsRate(t *testing.T) {
 		fitted   bool          // the second throttle fitted a rate
 		span     time.Duration // between the two throttles
 	}{
-		{"fits what got through", 150, 600, 200, 1000, 600, 400 * fitShare, true, time.Second},
-		{"at most halves", 200, 800, 760, 1000, 800, 400, true, time.Second},
-		{"a span the fleet did not fill", 150, 300, 0, 1000, 600, 600, false, time.Second},
-		{"too few releases", 150, 10, 0, 1000, 600, 600, false, time.Second},
-		{"too short a span", 150, 30, 0, 1000, 600, 600, false, 20 * time.Millisecond},
+		{"fits what got through", 150, 600, 200, 100, 600, 400 * fitShare, true, time.Second},
+		{"at most halves", 200, 800, 760, 100, 800, 400, true, time.Second},
+		{"a span the fleet did not fill", 150, 300, 0, 100, 600, 600, false, time.Second},
+		{"too few releases", 150, 10, 0, 100, 600, 600, false, time.Second},
+		{"too short a span", 150, 30, 0, 100, 600, 600, false, 20 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -133,30 +142,23 @@ func TestThrottledFitsTheFleetsRate(t *testing.T) {
 			if tt.fitted {
 				assert.Equal(t, (6 * time.Second).Microseconds(), hold, "twice the Retry-After")
 			} else {
-				assert.Equal(t, probeAfter.Microseconds(), hold, "the mark's, until a throttle fits")
+				assert.Equal(t, (2 * searchDoubling).Microseconds(), hold, "the search's mark's, until a throttle fits")
 			}
 		})
 	}
 }
 
 // A throttle of a request sent before the last change of the rate, or so
-// soon after that it met the same congestion, changes nothing. One in the
-// fleet's first second, when some of its sends went unscheduled, stops
-// the search but fits nothing, and sets the floor below which the
-// settling time never lowers the rate.
+// soon after that it met the same congestion, changes nothing. The first
+// throttle of a search pauses it, and only a fit ends it.
 func TestThrottledIgnoresTheSameCongestion(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, shared)
-	_, err := s.Reserve(ctx, "h", "b", Pace{Rate: 1000, Burst: 1}, time.Minute)
+	_, err := s.Reserve(ctx, "h", "b", Pace{Rate: 100, Burst: 1}, time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
-	step, err := s.rdb.HExists(ctx, s.keys.schedule("h", "b"), "step").Result()
-	require.NoError(t, err)
-	assert.False(t, step, "the throttle stopped the search")
-	assert.InDelta(t, 1000, fittedRate(t, s), 100, "a schedule born now fits nothing yet")
-	floor, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "floor").Float64()
-	require.NoError(t, err)
-	assert.InDelta(t, fittedRate(t, s)/2, floor, 0.01, "what later throttles of its settling time may lower it to")
+	assert.True(t, searching(t, s), "a mark pauses the search")
+	assert.InDelta(t, 100, fittedRate(t, s), 10, "too young a schedule to read the fleet's recent rate")
 
 	seedReleases(t, s, 150, recentSpan, time.Second)
 	seedReleases(t, s, 600, time.Second, 0)
@@ -166,6 +168,7 @@ func TestThrottledIgnoresTheSameCongestion(t *testing.T) {
 	fit := fittedRate(t, s)
 	// The span is measured on Redis's clock, after the seeding: within 5 %.
 	require.InDelta(t, 400*fitShare, fit, 400*fitShare/20)
+	assert.False(t, searching(t, s), "the fit ended the search")
 	// Sent 1 ms before this report, within two round trips of the fit.
 	require.NoError(t, s.Throttled(ctx, "h", "b", time.Millisecond, 3*time.Second))
 	assert.Equal(t, fit, fittedRate(t, s))
@@ -314,41 +317,61 @@ func TestSearchStartsFromTheFleetsWave(t *testing.T) {
 	assert.Less(t, each, 310.0)
 }
 
-// In the schedule's first second no throttle fits, yet one of a release
-// sent after the rate last changed says the rate is still above the
-// server's: each such throttle lowers it to settleBackoff of itself, never
-// below half of what the first throttle held.
-func TestSettlingBackoff(t *testing.T) {
-	ms := time.Millisecond.Microseconds()
+// A mark pauses the fleet's search and only a fit ends it. While the mark
+// holds, a throttle fits the rate from the span since the mark; once the
+// hold is over the search goes on doubling, the server's bucket had room
+// while it held, and the next throttle marks anew at what the fleet sent
+// just before it.
+func TestMarkPausesTheSearch(t *testing.T) {
 	tests := []struct {
-		name  string
-		born  int64   // ms before now
-		since int64   // ms before now: the last change, and its mark
-		floor float64 // 0: the first throttle came after the settling time
-		rate  float64
-		want  float64
+		name   string
+		since  time.Duration // before now: the mark's report
+		want   float64
+		fitted bool
 	}{
-		{"backs off", 200, 100, 500, 1000, 1000 * settleBackoff},
-		{"floor", 200, 100, 500, 600, 500},
-		{"seen late", 200, 5, 500, 1000, 1000},
-		{"no floor", 200, 100, 0, 1000, 1000},
-		{"settled", 2000, 100, 500, 1000, 1000},
+		{"fits within the mark's hold", 300 * time.Millisecond, 400 * fitShare, true},
+		{"marks anew once the search went on", time.Second, 150 / recentSpan.Seconds(), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			s := newSchedule(t, func(now int64) []any {
-				f := []any{"rate", tt.rate, "since", now - tt.since*ms, "mark", now - tt.since*ms,
-					"hold", probeAfter.Microseconds(), "born", now - tt.born*ms}
-				if tt.floor > 0 {
-					f = append(f, "floor", tt.floor)
-				}
-				return f
+				return []any{"rate", 100, "step", searchDoubling.Microseconds(), "hold", probeAfter.Microseconds(),
+					"since", now - tt.since.Microseconds(), "mark", now - time.Second.Microseconds(),
+					"born", now - time.Minute.Microseconds()}
 			})
-			// Sent 10 ms ago: past the last change by more than twice
-			// its round trip, unless the change came 5 ms ago.
-			require.NoError(t, s.Throttled(ctx, "h", "b", 10*time.Millisecond, 3*time.Second))
-			assert.InDelta(t, tt.want, fittedRate(t, s), 0.01)
+			seedTimes(t, s, s.keys.released("h", "b"), "released", 600, time.Second, 0)
+			seedRefused(t, s, 200, time.Second, 0)
+			require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
+			assert.InDelta(t, tt.want, fittedRate(t, s), tt.want/20)
+			assert.Equal(t, !tt.fitted, searching(t, s))
+		})
+	}
+}
+
+// A mark pauses a search for two of its steps, long enough to hear of
+// the releases made at the rate it holds; a probe's mark holds for
+// probeAfter.
+func TestMarkHolds(t *testing.T) {
+	tests := []struct {
+		name   string
+		fields []any
+		want   time.Duration
+	}{
+		{"a search", []any{"rate", 100, "step", searchDoubling.Microseconds()}, 2 * searchDoubling},
+		{"a probe", []any{"rate", 100}, probeAfter},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := newSchedule(t, func(now int64) []any {
+				long := now - time.Minute.Microseconds()
+				return append([]any{"since", long, "hold", 0, "born", long}, tt.fields...)
+			})
+			require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
+			hold, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "hold").Int64()
+			require.NoError(t, err)
+			assert.Equal(t, tt.want.Microseconds(), hold)
 		})
 	}
 }

@@ -70,18 +70,6 @@ const (
 	// rate. The rate holds at least this long after the first throttle of
 	// a fit, waiting for the second.
 	maxSpan = 2 * time.Second
-	// settle is how long after a schedule's first release the fit ignores
-	// throttles: until every process knows the budget is throttled, some
-	// of what the fleet sends goes unscheduled and uncounted, and a fit
-	// would take its throttles for a low rate.
-	settle = time.Second
-	// settleBackoff is the share of the rate a throttle in the settling
-	// time keeps when it was sent after the rate last changed: CUBIC's
-	// multiplicative decrease (RFC 9438, β = 0.7). Two such throttles
-	// reach the floor, half the rate the first one held, so the search's
-	// overshoot (it starts from each process's search start, above the
-	// server's rate by design) is undone within a few round trips.
-	settleBackoff = 0.7
 	// recentSpan is how far back the rate the fleet sent at is read when a
 	// throttle says the server's bucket is dry: long enough to hold
 	// dozens of releases, short enough to be the rate that dried it.
@@ -162,7 +150,7 @@ func (s *Store) Throttled(ctx context.Context, host, budget string, ago, retryAf
 	hold := max(probeAfter, 2*retryAfter)
 	args := append(s.scheduleArgs(Pace{Rate: 1, Burst: 1}, 0, budget),
 		ago.Microseconds(), hold.Microseconds(), fitShare, minSpan.Microseconds(), minReleases, maxSpan.Microseconds(),
-		settle.Microseconds(), recentSpan.Microseconds(), minOffered, probeAfter.Microseconds(), settleBackoff)
+		recentSpan.Microseconds(), minOffered, probeAfter.Microseconds())
 	r, err := call(ctx, s, "throttled", func(ctx context.Context) ([]int64, error) {
 		return throttleScript.Run(ctx, s.rdb, s.scheduleKeys(host, budget), args...).Int64Slice()
 	})

@@ -138,6 +138,8 @@ return 1
 //	       above, doubling every probeDoubling, to follow a server whose
 //	       budget grew
 //	hold   how long it holds (µs)
+//	step   how often a search doubles the rate (µs), from the schedule's
+//	       first release until a fit ends the search; absent after
 //	born   when the schedule made its first release (µs)
 //	mark   when a throttled request was sent (µs): the server's bucket was
 //	       empty then, and what it accepted from then to the next throttle
@@ -151,8 +153,6 @@ return 1
 //	       server's
 //	busy   when the schedule last had requests waiting again after such
 //	       a time (µs)
-//	floor  half the rate its first throttle held, when that came in its
-//	       settling time: the least its later throttles then lower it to
 //
 // and two sorted sets of send times (µs): KEYS[4] the releases the schedule
 // made, KEYS[5] the throttled ones the processes reported.
@@ -163,11 +163,9 @@ return 1
 // history (µs); the reserve script adds [11] search doubling (µs), [12]
 // idle slack (µs); the throttle script adds [11] ago (µs), [12] hold (µs),
 // [13] fit share, [14] least span (µs), [15] least releases, [16] most
-// span (µs), [17] settling time (µs), [18] the span over which the
-// fleet's recent rate is read (µs), [19] the least share of the
-// schedule's rate a span's releases must reach for the fit to read it,
-// [20] the mark's hold (µs), [21] the share of the rate a throttle in the
-// settling time keeps.
+// span (µs), [17] the span over which the fleet's recent rate is read
+// (µs), [18] the least share of the schedule's rate a span's releases
+// must reach for the fit to read it, [19] the mark's hold (µs).
 const fleetRate = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -198,8 +196,9 @@ local function rateAt(at, sched, sum, burst)
   local step = tonumber(sched[6])
   local beyond = at - tonumber(sched[3]) - tonumber(sched[4]) - (tonumber(sched[7]) or 0)
   -- A search starts from the processes' paces, each from its part of the
-  -- fleet's first wave: the whole wave's, once they all reserved.
-  if step and sum > r then r = sum end
+  -- fleet's first wave: the whole wave's, once they all reserved, until
+  -- its first throttle.
+  if step and not tonumber(sched[5]) and sum > r then r = sum end
   if beyond > 0 then r = r * 2 ^ math.min(beyond / (step or tonumber(ARGV[8])), 30) end
   return r, math.max(1, math.floor(r * tonumber(ARGV[9]))), true
 end
@@ -287,11 +286,13 @@ return {1, wait, math.floor(rate * 1000), f}
 // own round trip after it, is the congestion that change answered, seen
 // late; it is counted, and changes nothing. The first throttle after a
 // change marks the bucket empty and holds the rate at what the fleet sent
-// just before (stopping a probe) until a later one, at least ARGV[14] and
+// just before, for ARGV[19], until a later one, at least ARGV[14] and
 // ARGV[15] releases on, fits it; a mark older than ARGV[16] is too old to
 // say what the bucket did since, and a span over which the fleet released
-// at less than ARGV[19] of the schedule's rate left the bucket room to
-// fill: either is marked anew, the rate unchanged.
+// at less than ARGV[18] of the schedule's rate left the bucket room to
+// fill: either is marked anew, the rate unchanged. A mark pauses the
+// search and only a fit ends it: a search whose mark's hold ended with no
+// throttle that fitted goes on doubling, and its next throttle marks anew.
 //
 // Returns {changed (0 or 1), rate (milli-requests per s)}.
 var throttleScript = redis.NewScript(fleetRate + `
@@ -299,7 +300,7 @@ local ago = tonumber(ARGV[11])
 local sent = now - ago
 redis.call('ZADD', KEYS[5], sent, string.format('%.0f %s', now, ARGV[4]))
 keep(KEYS[5])
-local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle', 'born', 'busy', 'floor')
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle', 'born', 'busy')
 local sum, sburst = shares()
 local rate = rateAt(sent, sched, sum, sburst)
 if rate <= 0 then return {0, 0} end
@@ -310,15 +311,19 @@ if since and sent <= since + 2 * ago then return {0, math.floor(rate * 1000)} en
 local born = tonumber(sched[8])
 if not born or sent <= born then return {0, math.floor(rate * 1000)} end
 local mark = tonumber(sched[5])
+-- A search that went on past its mark's hold met no throttle that fitted
+-- while it held: the server's bucket had room then, and the span from the
+-- mark says nothing of its rate.
+if mark and sched[6] and sent - since - tonumber(sched[4]) - (tonumber(sched[7]) or 0) > 0 then mark = nil end
 local span = 0
 if mark then span = sent - mark end
-if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) and sent >= born + tonumber(ARGV[17]) then
+if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) then
   local released = redis.call('ZCOUNT', KEYS[4], '(' .. mark, sent)
   -- A fleet that sent well under the schedule's rate left the server's
   -- bucket time to fill, and what got through says only that the rate is
   -- at least that: the span starts anew here, at the same rate.
   local offered = released * 1000000 / span
-  if offered < tonumber(ARGV[19]) * rateAt(mark, sched, sum, sburst) then
+  if offered < tonumber(ARGV[18]) * rateAt(mark, sched, sum, sburst) then
     redis.call('HSET', KEYS[1], 'mark', string.format('%.0f', sent))
     return {0, math.floor(rate * 1000)}
   end
@@ -335,19 +340,6 @@ if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) and sent >
     return {1, math.floor(rate * 1000)}
   end
 end
--- In the schedule's first second nothing fits, yet a throttle of a release
--- sent after the last change says the rate is still above the server's:
--- a plain decrease, to ARGV[21] of it, as a process's pacer makes for a
--- throttle its fit cannot explain, and never below half what the first
--- throttle held. Held above the server's rate, the schedule would take
--- every worker the first wave left free into a Retry-After.
-local floor = tonumber(sched[10])
-if mark and floor and sent < born + tonumber(ARGV[17]) then
-  rate = math.max(rate * tonumber(ARGV[21]), floor)
-  redis.call('HSET', KEYS[1], 'mark', string.format('%.0f', sent), 'rate', string.format('%.6g', rate),
-    'since', string.format('%.0f', now), 'hold', ARGV[20])
-  return {1, math.floor(rate * 1000)}
-end
 if mark and span >= 0 and span <= tonumber(ARGV[16]) then return {0, math.floor(rate * 1000)} end
 -- The bucket was empty at sent: what the fleet sends from here is counted
 -- against it. Meanwhile the fleet sends at what it sent just before,
@@ -356,15 +348,18 @@ if mark and span >= 0 and span <= tonumber(ARGV[16]) then return {0, math.floor(
 -- Only what it sent since it last had requests waiting: a span that
 -- reaches back into idle time reads a rate the fleet never offered.
 local busy = tonumber(sched[9]) or born
-local recent = math.min(tonumber(ARGV[18]), sent - math.max(born, busy))
+local recent = math.min(tonumber(ARGV[17]), sent - math.max(born, busy))
 if recent >= tonumber(ARGV[14]) then
   local just = redis.call('ZCOUNT', KEYS[4], sent - recent, sent) * 1000000 / recent
   if just >= 1 and just < rate then rate = just end
 end
+-- A search's mark holds for two of its steps, long enough to hear of the
+-- releases made at the held rate: a fit, or none, and the search resumes.
+local hold = ARGV[19]
+if sched[6] then hold = string.format('%.0f', 2 * tonumber(sched[6])) end
 redis.call('HSET', KEYS[1], 'mark', string.format('%.0f', sent), 'rate', string.format('%.6g', rate),
-  'since', string.format('%.0f', now), 'hold', ARGV[20])
-if sent < born + tonumber(ARGV[17]) then redis.call('HSET', KEYS[1], 'floor', string.format('%.6g', rate / 2)) end
-redis.call('HDEL', KEYS[1], 'step', 'idle')
+  'since', string.format('%.0f', now), 'hold', hold)
+redis.call('HDEL', KEYS[1], 'idle')
 expire(tonumber(sched[1]))
 return {1, math.floor(rate * 1000)}
 `)

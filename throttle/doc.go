@@ -117,16 +117,17 @@
 //     process's pacer does, for the whole fleet: from the sum of where the
 //     processes' own searches started, each from its part of the first wave;
 //     each throttle of a release it made is told to it (Throttled): the
-//     first stops the search, each later one in its first second lowers
-//     the rate to 0.7 of itself (no lower than half of what the first
-//     held), and from two throttles it fits the budget's
-//     one rate (what the fleet sent between them, less what was throttled,
-//     over the time between, when the fleet kept the schedule busy
-//     meanwhile); its hold and probe, like a pacer's, count only the time
-//     the fleet kept it busy. The schedule alone spaces the releases: the
-//     process adds no spacing of its own, keeps at most maxReserving
-//     reservations under way per budget, and its pacer only learns, for when
-//     the store fails. One rate, not a share per process, so that a process
+//     first pauses the search at what the fleet sent just before, the
+//     search resumes if no throttle fits while it pauses, and from two
+//     throttles it fits the budget's one rate (what the fleet sent between
+//     them, less what was throttled, over the time between, when the fleet
+//     kept the schedule busy meanwhile), which ends the search; its hold
+//     and probe, like a pacer's, count only the time the fleet kept it
+//     busy. The schedule alone spaces the releases: the process adds no
+//     spacing of its own, keeps at most maxReserving reservations under way
+//     per budget, and its pacer only learns, standing still meanwhile, for
+//     when the store fails; the share it gives the fleet is what it
+//     fitted or followed. One rate, not a share per process, so that a process
 //     whose work ends first leaves nothing unused. The store fails open: an
 //     error leaves every decision local, and its calls are bounded by the
 //     store's own timeout, never a hold past the request's limits. A host no

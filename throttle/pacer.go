@@ -30,6 +30,12 @@ type spender interface {
 	spent(sent, now time.Time)
 }
 
+// stander is a pacer that stands still while something else spaces its
+// releases: a fleet's schedule.
+type stander interface {
+	stood(now time.Time)
+}
+
 // Tuning of adaptivePacer, measured with the throttle benchmark (bench/).
 const (
 	// doubling is how often the rate doubles while it searches for the
@@ -239,6 +245,23 @@ func (p *adaptivePacer) sent(now time.Time) {
 	if d := now.Sub(p.start); d >= 0 && len(p.releases) < maxReleases {
 		p.releases = append(p.releases, d)
 	}
+}
+
+// stood records a release that a fleet's schedule spaced in the pacer's
+// place: the time since the pacer's own last release counts as idle, so
+// that its curve stands still while it spaces nothing. Running on, a
+// search or a probe reaches its ceiling while the fleet paces, and the
+// plain decrease of a throttle's fit from there leaves the pacer nothing
+// to fall back on when the store fails, and the fleet a process's share
+// far above the server's rate.
+func (p *adaptivePacer) stood(now time.Time) {
+	if p.state == pacerCold {
+		return
+	}
+	if from := later(p.last, p.start); now.After(from) {
+		p.idle += now.Sub(from)
+	}
+	p.last = later(p.last, now)
 }
 
 // searchFrom is the rate the search starts at: searchStart times the

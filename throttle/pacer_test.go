@@ -399,3 +399,35 @@ func TestAdaptivePacerIdleTimeIsNotProbed(t *testing.T) {
 		})
 	}
 }
+
+// A pacer whose releases a fleet's schedule spaces stands still: its search
+// or probe does not run on while it spaces nothing, so a throttle's plain
+// decrease, and the share it gives the fleet, stay near what it knew.
+func TestAdaptivePacerStandsStillWhileTheFleetPaces(t *testing.T) {
+	tests := []struct {
+		name  string
+		start func(p *adaptivePacer)
+	}{
+		{"searching", func(p *adaptivePacer) {
+			p.settle(40, t0)
+			p.throttled(t0, t0.Add(time.Millisecond), t0.Add(time.Second))
+		}},
+		{"probing", func(p *adaptivePacer) { p.follow(100, t0) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			tt.start(p)
+			from := later(p.start, t0).Add(50 * time.Millisecond)
+			p.stood(from)
+			before := p.rateAt(from)
+			end := from.Add(3 * time.Second)
+			for at := from; !at.After(end); at = at.Add(10 * time.Millisecond) {
+				p.stood(at)
+			}
+			assert.InDelta(t, before, p.rateAt(end), before/100, "3 s of releases it did not space (2^30 times otherwise)")
+			p.throttled(end, end.Add(time.Millisecond), end.Add(time.Second))
+			assert.LessOrEqual(t, p.base, before, "a plain decrease from what it knew")
+		})
+	}
+}

@@ -195,7 +195,10 @@ func (p *adaptivePacer) follow(rate float64, now time.Time) {
 // this process's part of the first wave: the schedule's search starts
 // from the sum of them, the whole wave's, as one process sending all of
 // the fleet's requests would, and doubles that once for the fleet.
-// Current rates would double each process's search into the sum.
+// Current rates would double each process's search into the sum. Once
+// steady, it is the rate the pacer fitted or followed, not where its
+// probe has risen to: a probe rises while nothing is sent, and the
+// schedule holds a search at the sum of the shares until it fits.
 func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
 	if q.store == nil || !n.paces(now, q.recovery) {
 		return options.Pace{}, false
@@ -204,11 +207,9 @@ func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
 	if !ok {
 		return options.Pace{}, false
 	}
-	var r float64
+	r := ap.base
 	if ap.state == pacerSearching {
 		r = ap.searchFrom()
-	} else {
-		r = ap.rateAt(now)
 	}
 	if !(r > 0) || math.IsInf(r, 0) {
 		return options.Pace{}, false

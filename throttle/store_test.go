@@ -3,8 +3,8 @@ package throttle
 import (
 	"context"
 	"errors"
-	"math"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -316,6 +316,40 @@ func TestStoreFittedScheduleSpacesAlone(t *testing.T) {
 	}
 }
 
+// While the fleet's schedule spaces a budget's releases, the process's own
+// pacer stands still: a throttle after a long fitted spell decreases it
+// from where the process left it, not from a probe that rose all along,
+// and the share it gives the fleet stays the pace it joined at.
+func TestStoreFittedPacerStandsStill(t *testing.T) {
+	clk := clocktest.NewJumping(t0)
+	st := newMemStore(clk.Now)
+	st.active["graph.test"] = true
+	st.paces["users"] = options.Pace{Rate: 50, Burst: 1}
+	st.fitted["users"] = 5 * time.Millisecond
+	q := New(clk, options.QueueOptions{Store: st})
+	ctx := context.WithValue(context.Background(), queueKey{}, q)
+	admit := func(i int, o Outcome) {
+		req := get(t, graph+"/v1.0/users/"+strconv.Itoa(i), "")
+		p, err := q.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+		require.NoError(t, err)
+		clk.Advance(time.Millisecond)
+		q.Report(req, p, o, time.Second, nil, clk.Now)
+	}
+	// 3 s of releases 5 ms apart, spaced by the fleet alone: a probe of
+	// 50/s would run at about 160/s by then.
+	i := 0
+	for ; clk.Now().Before(t0.Add(3 * time.Second)); i++ {
+		admit(i, Succeeded)
+	}
+	admit(i, Throttled)
+	admit(i+1, Succeeded)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, share := range st.shares["graph.test/users"] {
+		assert.LessOrEqual(t, share, 50*fleetHeadroom, "a decrease from the pace it joined at")
+	}
+}
+
 // A process gives the fleet's schedule, while its pacer searches, where its
 // search started (its part of the first wave), not the rate its search
 // doubled to: the schedule sums the processes' paces and doubles the sum
@@ -331,8 +365,9 @@ func TestFleetShare(t *testing.T) {
 		{"searching: where it started", &adaptivePacer{state: pacerSearching, start: t0, reacted: t0, period: 1, burst: 10},
 			searchStart * 10},
 		// On its CUBIC curve, 0.5 s after the fit of 400/s.
-		{"steady: its rate", &adaptivePacer{state: pacerSteady, start: t0, reacted: t0, last: t0, base: 400},
-			400 * (1 + cubic*math.Pow(0.5-math.Cbrt((1-dip)/cubic), 3))},
+		{"steady: what it fitted", &adaptivePacer{state: pacerSteady, start: t0, reacted: t0, last: t0, base: 400}, 400},
+		// Probing, a minute after the fit, with nothing sent since.
+		{"probing: what it fitted", &adaptivePacer{state: pacerSteady, start: t0.Add(-time.Minute), reacted: t0, last: t0, base: 400}, 400},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

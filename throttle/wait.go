@@ -135,12 +135,16 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 					p.budget = n
 					n.inflight++
 				}
-				if n.paces(now, q.recovery) && !fitted {
+				if n.paces(now, q.recovery) {
 					// While the fleet's schedule spaces the releases, the
 					// pacer keeps what it knew for when the store fails:
 					// releases at the fleet's rate would run its slots
 					// far ahead of its own.
-					n.pacer.sent(now)
+					if !fitted {
+						n.pacer.sent(now)
+					} else if st, ok := n.pacer.(stander); ok {
+						st.stood(now)
+					}
 				}
 				if follows {
 					n.reserving++
