@@ -179,37 +179,57 @@ func TestThrottledIgnoresTheSameCongestion(t *testing.T) {
 
 // The schedule's first release begins the fleet's search for the budget's
 // rate: from the pace of the process that made it, doubling every
-// searchDoubling, as one process's pacer searches.
+// searchDoubling, as one process's pacer searches, and never past twice
+// what the fleet released over its last step: a search the fleet does not
+// use does not grow.
 func TestReserveSearches(t *testing.T) {
-	ctx := context.Background()
-	s := newStore(t, shared)
-	res, err := s.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
-	require.NoError(t, err)
-	assert.True(t, res.Fitted, "the schedule alone spaces the fleet from its first release")
-	assert.InDelta(t, 10, fittedRate(t, s), 0.01)
-	step, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "step").Int64()
-	require.NoError(t, err)
-	assert.Equal(t, searchDoubling.Microseconds(), step)
-	// Pretend the search began three doublings ago: it runs at 8 times the
-	// first pace now, a slot every 12.5 ms.
-	now, err := s.rdb.Time(ctx).Result()
-	require.NoError(t, err)
-	require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "since", now.UnixMicro()-3*searchDoubling.Microseconds(),
-		"tat", now.UnixMicro()).Err())
-	var last time.Duration
-	for range 40 {
-		res, err := s.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
-		require.NoError(t, err)
-		last = res.Wait
+	tests := []struct {
+		name        string
+		used        int // releases over the last step
+		least, most time.Duration
+	}{
+		// 8 releases over the last 100 ms, 80/s: it may run at 8 times
+		// the first pace, a burst of a tenth of a second (8 slots), then
+		// a slot every 12.5 ms: the 40th waits 400 ms, less as the
+		// search goes on while the 40 are made.
+		{"used", 8, 200 * time.Millisecond, 400*time.Millisecond + slack},
+		// None: twice what its own burst released, 20/s.
+		{"unused", 0, 1500 * time.Millisecond, 2*time.Second + slack},
 	}
-	end, err := s.rdb.Time(ctx).Result()
-	require.NoError(t, err)
-	// A burst of a tenth of a second (8 slots), then a slot every
-	// 12.5 ms: the 40th waits 400 ms, less as the search goes on while
-	// the 40 are made (it doubles every 100 ms).
-	assert.LessOrEqual(t, last, 400*time.Millisecond+slack, "at 10/s it would wait 4 s")
-	if took := end.Sub(now); took < 30*time.Millisecond {
-		assert.GreaterOrEqual(t, last, 200*time.Millisecond, "made within %v", took)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := newStore(t, shared)
+			res, err := s.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
+			require.NoError(t, err)
+			assert.True(t, res.Fitted, "the schedule alone spaces the fleet from its first release")
+			assert.InDelta(t, 10, fittedRate(t, s), 0.01)
+			step, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "step").Int64()
+			require.NoError(t, err)
+			assert.Equal(t, searchDoubling.Microseconds(), step)
+			// Pretend the search began three doublings ago: at 8 times
+			// the first pace now, if the fleet used it.
+			now, err := s.rdb.Time(ctx).Result()
+			require.NoError(t, err)
+			require.NoError(t, s.rdb.HSet(ctx, s.keys.schedule("h", "b"), "since", now.UnixMicro()-3*searchDoubling.Microseconds(),
+				"tat", now.UnixMicro()).Err())
+			require.NoError(t, s.rdb.Del(ctx, s.keys.released("h", "b")).Err())
+			if tt.used > 0 {
+				seedTimes(t, s, s.keys.released("h", "b"), "released", tt.used, searchDoubling, 0)
+			}
+			var last time.Duration
+			for range 40 {
+				res, err := s.Reserve(ctx, "h", "b", Pace{Rate: 10, Burst: 1}, time.Minute)
+				require.NoError(t, err)
+				last = res.Wait
+			}
+			end, err := s.rdb.Time(ctx).Result()
+			require.NoError(t, err)
+			assert.LessOrEqual(t, last, tt.most)
+			if took := end.Sub(now); took < 30*time.Millisecond {
+				assert.GreaterOrEqual(t, last, tt.least, "made within %v", took)
+			}
+		})
 	}
 }
 

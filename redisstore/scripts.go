@@ -199,7 +199,19 @@ local function rateAt(at, sched, sum, burst)
   -- fleet's first wave: the whole wave's, once they all reserved, until
   -- its first throttle.
   if step and not tonumber(sched[5]) and sum > r then r = sum end
-  if beyond > 0 then r = r * 2 ^ math.min(beyond / (step or tonumber(ARGV[8])), 30) end
+  if beyond > 0 then
+    local from = r
+    r = r * 2 ^ math.min(beyond / (step or tonumber(ARGV[8])), 30)
+    if step then
+      -- A search grows only while the fleet uses it (RFC 7661): never past
+      -- twice what the fleet released over its last step, nor below where
+      -- it began. Workers taken one by one into a Retry-After keep the
+      -- schedule busy while they dwindle, and a search that doubled on
+      -- meanwhile would let their retries out all at once.
+      local used = redis.call('ZCOUNT', KEYS[4], at - step, at) * 1000000 / step
+      r = math.min(r, math.max(from, 2 * used))
+    end
+  end
   return r, math.max(1, math.floor(r * tonumber(ARGV[9]))), true
 end
 local function keep(k)
