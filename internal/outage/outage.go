@@ -214,6 +214,12 @@ func (hs *Hosts) Admit(ctx context.Context, host string, a Attempt, obs Observer
 		return t, err
 	}
 	h := hs.lookup(host)
+	if h == nil {
+		// Forgotten since Pass looked: as a new host, or open past maxHosts.
+		if h = hs.create(host); h == nil {
+			return Ticket{Sent: later(hs.clock.Now(), a.NotBefore)}, wait.Until(ctx, hs.clock, a.NotBefore)
+		}
+	}
 	if a.First {
 		h.budget.start()
 	}
@@ -589,8 +595,13 @@ func (hs *Hosts) create(key string) *host {
 	if hs.count.Load() >= maxHosts {
 		return nil
 	}
-	h := &host{key: key, cold: true, coldUntil: hs.clock.Now().Add(coldWait), budget: newBudget()}
+	now := hs.clock.Now()
+	h := &host{key: key, cold: true, coldUntil: now.Add(coldWait), budget: newBudget()}
 	h.gated.Store(true)
+	// Seen now, or a sweep that runs while it is being stored (another
+	// host's) takes it for a host long idle and forgets it between its
+	// first request's Pass and Admit.
+	h.seen.Store(now.Unix())
 	v, loaded := hs.hosts.LoadOrStore(key, h)
 	if !loaded {
 		hs.count.Add(1)

@@ -444,3 +444,22 @@ func TestCanceledWaiterLeaves(t *testing.T) {
 		assert.Empty(t, g.clk.Pending(), "timers left")
 	})
 }
+
+// A host is not forgotten by a sweep that runs as it is created: its first
+// request's Pass sees it cold, and its Admit finds it still there.
+func TestNewHostOutlivesASweep(t *testing.T) {
+	clk := clocktest.New(t0.Add(time.Hour))
+	hs := New(clk, options.OutageOptions{}, nil)
+	_, ok := hs.Pass(api, Attempt{First: true})
+	require.False(t, ok, "a new host starts cold")
+	// Another host's creation sweeps, as if the last sweep were long ago.
+	hs.swept.Store(0)
+	_, ok = hs.Pass("other.test", Attempt{First: true})
+	require.False(t, ok)
+	require.NotNil(t, hs.lookup(api), "seen at its creation")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	hs.hosts.Delete(api) // forgotten all the same, between Pass and Admit
+	assert.NotPanics(t, func() { _, _ = hs.Admit(ctx, api, Attempt{First: true}, nil) })
+}
