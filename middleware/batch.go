@@ -198,7 +198,7 @@ func (b *batchRun) learn(q *throttle.Queue, ans *answer) {
 		namedWait := func() (time.Duration, bool) { return RetryAfter(a.Header, a.back) }
 		outcome, hold := classify(q, b.req, &pass, a.Status, namedWait, a.backAt, ans.policyHold)
 		if outcome != throttle.Failed {
-			q.ReportItem(a.request(b.req), a.sent, outcome, hold, a.Header, a.backAt)
+			q.ReportItem(a.request(b.req), pass, outcome, hold, a.Header, a.backAt)
 		}
 	}
 	b.answers = b.answers[:0]

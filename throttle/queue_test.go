@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -480,4 +481,39 @@ func TestBypassedAttemptIsLearned(t *testing.T) {
 	var hold *HoldError
 	require.ErrorAs(t, err, &hold)
 	assert.Equal(t, t0.Add(time.Second), hold.Until, "its URL is held for the second the server named")
+}
+
+// A batch item's 503 that named no wait, which Refused read as a
+// throttle, is the queue's reading and not the server's word: reported,
+// it does not mark its budget as one whose throttles the server names,
+// and a later bare 503 of the budget is still read as a throttle, as it
+// is after a request's own.
+func TestReportItemKeepsTheQueuesReading(t *testing.T) {
+	tests := []struct {
+		name    string
+		refused bool // Refused read the item's answer as a throttle
+		want    Outcome
+	}{
+		{"the queue's reading of a bare 503", true, Throttled},
+		{"the server's word: a 429", false, Failed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktest.NewJumping(t0)
+			q := New(clk, options.QueueOptions{})
+			q.Report(get(t, graph+"/v1.0/users/0", ""), Pass{Sent: t0}, Succeeded, 0, nil, clk.Now)
+			// Items of one batch, throttled together: the evidence of a
+			// budget they share.
+			for i := 1; i <= 10; i++ {
+				item := q.Bypass(t0)
+				item.refused = tt.refused
+				q.ReportItem(get(t, graph+"/v1.0/users/"+strconv.Itoa(i), ""), item, Throttled, time.Second, nil, clk.Now)
+			}
+			req := get(t, graph+"/v1.0/users/11", "")
+			p, err := q.Admit(context.Background(), req, time.Time{}, time.Time{}, nil)
+			require.NoError(t, err)
+			require.NotNil(t, p.budget, "a budget paced it")
+			assert.Equal(t, tt.want, q.Refused(req, &p, clk.Now()))
+		})
+	}
 }
