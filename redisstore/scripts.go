@@ -187,6 +187,11 @@ local function shares()
   end
   return rate, burst, n
 end
+-- beyond returns how far past its hold the schedule's rate had risen at
+-- time at: the time since it was set, less the hold and the idle time.
+local function beyond(at, sched)
+  return at - tonumber(sched[3]) - tonumber(sched[4]) - (tonumber(sched[7]) or 0)
+end
 -- rateAt returns the schedule's rate and burst at time at, and whether the
 -- fleet fitted it.
 local function rateAt(at, sched, sum, burst)
@@ -194,14 +199,14 @@ local function rateAt(at, sched, sum, burst)
   if not fitted then return sum, burst, false end
   local r = fitted
   local step = tonumber(sched[6])
-  local beyond = at - tonumber(sched[3]) - tonumber(sched[4]) - (tonumber(sched[7]) or 0)
+  local past = beyond(at, sched)
   -- A search starts from the processes' paces, each from its part of the
   -- fleet's first wave: the whole wave's, once they all reserved, until
   -- its first throttle.
   if step and not tonumber(sched[5]) and sum > r then r = sum end
-  if beyond > 0 then
+  if past > 0 then
     local from = r
-    r = r * 2 ^ math.min(beyond / (step or tonumber(ARGV[8])), 30)
+    r = r * 2 ^ math.min(past / (step or tonumber(ARGV[8])), 30)
     if step then
       -- A search grows only while the fleet uses it (RFC 7661): never past
       -- twice what the fleet released over its last step, nor below where
@@ -326,7 +331,7 @@ local mark = tonumber(sched[5])
 -- A search that went on past its mark's hold met no throttle that fitted
 -- while it held: the server's bucket had room then, and the span from the
 -- mark says nothing of its rate.
-if mark and sched[6] and sent - since - tonumber(sched[4]) - (tonumber(sched[7]) or 0) > 0 then mark = nil end
+if mark and sched[6] and beyond(sent, sched) > 0 then mark = nil end
 local span = 0
 if mark then span = sent - mark end
 if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) then

@@ -20,5 +20,7 @@ import (
 // request does; a successful one counts for its scope's pace. An item is
 // never a probe: its answer neither lifts nor confirms an inferred hold.
 func (q *Queue) ReportItem(item *http.Request, p Pass, o Outcome, hold time.Duration, header http.Header, back func() time.Time) {
+	// Never admitted, the item holds no budget's slot: of its pass, only
+	// when it went and how its answer was read count.
 	q.Report(item, Pass{Sent: p.Sent, refused: p.refused}, o, hold, header, back)
 }

@@ -197,8 +197,8 @@ func (p *adaptivePacer) follow(rate float64, now time.Time) {
 // the fleet's requests would, and doubles that once for the fleet.
 // Current rates would double each process's search into the sum. Once
 // steady, it is the rate the pacer fitted or followed, not where its
-// probe has risen to: a probe rises while nothing is sent, and the
-// schedule holds a search at the sum of the shares until it fits.
+// probe has risen to: a probe rises while nothing is sent, and a share
+// above the server's rate would start the fleet's next search there.
 func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
 	if q.store == nil || !n.paces(now, q.recovery) {
 		return options.Pace{}, false

@@ -206,24 +206,30 @@ type waiter struct {
 // nil, hears when the request is held and released.
 func (hs *Hosts) Admit(ctx context.Context, host string, a Attempt, obs Observer) (Ticket, error) {
 	if t, ok := hs.Pass(host, a); ok {
-		if !a.Deadline.IsZero() && a.NotBefore.After(a.Deadline) {
-			return t, &HoldError{Until: a.NotBefore}
-		}
-		err := wait.Until(ctx, hs.clock, a.NotBefore)
-		t.Sent = later(hs.clock.Now(), a.NotBefore)
-		return t, err
+		return hs.ownTime(ctx, t, a)
 	}
 	h := hs.lookup(host)
 	if h == nil {
 		// Forgotten since Pass looked: as a new host, or open past maxHosts.
 		if h = hs.create(host); h == nil {
-			return Ticket{Sent: later(hs.clock.Now(), a.NotBefore)}, wait.Until(ctx, hs.clock, a.NotBefore)
+			return hs.ownTime(ctx, Ticket{}, a)
 		}
 	}
 	if a.First {
 		h.budget.start()
 	}
 	return hs.acquire(ctx, h, a, obs)
+}
+
+// ownTime lets an attempt the gate does not hold go at its own time, or
+// hands it back when that is past its deadline.
+func (hs *Hosts) ownTime(ctx context.Context, t Ticket, a Attempt) (Ticket, error) {
+	if !a.Deadline.IsZero() && a.NotBefore.After(a.Deadline) {
+		return t, &HoldError{Until: a.NotBefore}
+	}
+	err := wait.Until(ctx, hs.clock, a.NotBefore)
+	t.Sent = later(hs.clock.Now(), a.NotBefore)
+	return t, err
 }
 
 // Pass is Admit's fast path: it reports whether the gate has nothing to
