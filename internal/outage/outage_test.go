@@ -262,7 +262,10 @@ func TestDownAgainDuringTheRamp(t *testing.T) {
 		released := len(g.done())
 		require.Less(t, released, 50, "the ramp paces them")
 		g.fail(downAfter)
-		assert.Equal(t, options.HostDown, g.hs.State(api))
+		synctest.Wait()
+		// Down again, and its first held request probes at once.
+		at := rampStep.String()
+		assert.Equal(t, []string{"down@0s", "probing@0s", "up@0s", "down@" + at, "probing@" + at}, g.seen())
 		g.advance(time.Second - time.Nanosecond)
 		assert.Equal(t, released+1, len(g.done()), "held again: one probe only")
 	})
