@@ -63,3 +63,30 @@ func ExampleNewClient() {
 	// 200 {"id":"me","displayName":"User me"}
 	// GET /v1.0/me: 2 attempts, 1 answered 503
 }
+
+// A Graph client that keeps Outlook's 4 concurrent requests per mailbox
+// once Graph has throttled it (with a redisstore.Store as Queue.Store, across
+// the fleet), and the caps it reads from three requests' URLs.
+func ExampleMailboxConcurrency() {
+	client, err := graph.NewClient(pipeline.WithRetryOptions(options.RetryHandlerOptions{
+		Queue: options.QueueOptions{Concurrency: graph.MailboxConcurrency},
+	}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = client // used as any Graph client
+	for _, path := range []string{"/v1.0/users/Adele@contoso.com/messages", "/v1.0/me/events", "/v1.0/users/Adele@contoso.com"} {
+		req, err := http.NewRequest(http.MethodGet, "https://graph.microsoft.com"+path, nil)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		key, limit := graph.MailboxConcurrency(req)
+		fmt.Printf("%s: %q, %d at once\n", path, key, limit)
+	}
+	// Output:
+	// /v1.0/users/Adele@contoso.com/messages: "mailbox:adele@contoso.com", 4 at once
+	// /v1.0/me/events: "mailbox:me", 4 at once
+	// /v1.0/users/Adele@contoso.com: "", 0 at once
+}

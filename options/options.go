@@ -7,6 +7,7 @@ package options
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
 	"strings"
 	"time"
@@ -233,6 +234,16 @@ type QueueOptions struct {
 	// it on Redis; docs/fleet.md). nil: the queue keeps its state in this
 	// process only. Handler-wide: ignored on per-request options.
 	Store Store
+	// Concurrency names the concurrency cap a request falls under, if any:
+	// the key of the target it counts against (Outlook's mailbox, say)
+	// and how many requests with that key may be out at once, as a server
+	// that limits concurrent requests counts them (graph.MailboxConcurrency
+	// gives Outlook's 4 per mailbox). An empty key or a limit below 1 means
+	// none. Caps hold only requests to a host that was throttled, here or
+	// (with a Store) anywhere in the fleet, as every other hold does; with
+	// a Store that implements SlotStore a cap is kept fleet-wide. nil: no
+	// caps. Handler-wide: ignored on per-request options.
+	Concurrency func(req *http.Request) (key string, limit int)
 }
 
 // BatchOptions configures the completion of JSON batches: a POST to

@@ -43,6 +43,25 @@ type Store interface {
 	Throttled(ctx context.Context, host, budget string, ago, retryAfter time.Duration) error
 }
 
+// SlotStore is a Store that also keeps concurrency caps
+// (QueueOptions.Concurrency) fleet-wide: a semaphore per capped target
+// whose slots the processes of the fleet take and give back, and whose
+// slots a process that dies gives back when their lease ends.
+type SlotStore interface {
+	Store
+	// Acquire takes one of limit slots of target key of host. When all
+	// are taken it returns a nil Slot and how long until one is freed at
+	// the latest (a holder that releases frees it sooner).
+	Acquire(ctx context.Context, host, key string, limit int) (Slot, time.Duration, error)
+}
+
+// Slot is one slot of a fleet-wide concurrency cap, held until Release.
+type Slot interface {
+	// Release gives the slot back to the fleet; a release that fails
+	// leaves the slot to end with its lease.
+	Release(ctx context.Context) error
+}
+
 // Reservation is a slot of a budget's fleet-wide release schedule.
 type Reservation struct {
 	// Wait is how long the caller waits before it sends.

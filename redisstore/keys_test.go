@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
 // The memory each key takes, as docs/fleet.md states it, with the default
@@ -40,7 +42,7 @@ func TestKeyMemory(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, s.Throttled(ctx, host, "users", time.Millisecond, 3*time.Second))
-	var slots []*Slot
+	var slots []options.Slot
 	for range mailboxLimit {
 		sl, _, err := s.Acquire(ctx, host, "users/00000000-0000-0000-0000-000000000000", mailboxLimit)
 		require.NoError(t, err)

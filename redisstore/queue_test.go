@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
 	"github.com/kiota-resilience/kiota-resilience-go/middleware"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/throttle"
@@ -71,4 +72,41 @@ func TestHandlerTakesTheStore(t *testing.T) {
 	var typedNil *Store
 	_, err = middleware.NewRetryHandler(options.RetryHandlerOptions{Queue: options.QueueOptions{Store: typedNil}})
 	assert.True(t, errors.Is(err, options.ErrInvalidOption), "a nil *Store is refused: %v", err)
+}
+
+// Two queues capping a mailbox at one request through one Redis are two
+// processes keeping Outlook's cap together: once the host throttled, the
+// second process's request waits until the first's answer came back.
+func TestQueuesShareACap(t *testing.T) {
+	a := newStore(t, shared)
+	b := newStore(t, shared, WithPrefix(a.cfg.prefix))
+	clock := clocktest.New(time.Now())
+	one := func(*http.Request) (string, int) { return "mailbox:m", 1 }
+	qa := throttle.New(clock, options.QueueOptions{Store: a, Concurrency: one})
+	qb := throttle.New(clock, options.QueueOptions{Store: b, Concurrency: one})
+	req, err := http.NewRequest(http.MethodGet, "https://graph.microsoft.com/v1.0/users/m/messages", nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	p, err := qa.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+	require.NoError(t, err)
+	qa.Report(req, p, throttle.Throttled, 0, nil, clock.Now)
+	require.Eventually(t, func() bool { return qb.Active(req) }, 5*time.Second, time.Millisecond)
+
+	held, err := qa.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		p, err := qb.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+		if err == nil {
+			qb.Report(req, p, throttle.Succeeded, 0, nil, clock.Now)
+		}
+		got <- err
+	}()
+	// b asked Redis, found the slot taken, and waits to ask again.
+	clock.WaitForTimers(1)
+	assert.Empty(t, got, "b went while a held the fleet's one slot")
+	qa.Report(req, held, throttle.Succeeded, 0, nil, clock.Now)
+	clock.Advance(time.Second)
+	require.NoError(t, <-got, "a's slot given back is b's")
+	assert.Zero(t, a.rdb.ZCard(ctx, a.keys.slots("graph.microsoft.com", "mailbox:m")).Val(), "no slot left held")
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
 // A Slot is one of a fleet-wide semaphore's slots, held by this process
@@ -20,10 +22,12 @@ type Slot struct {
 
 // Acquire takes one of limit slots shared by the fleet for target key of
 // host (Outlook's 4 concurrent requests per mailbox, say), in one round
-// trip. When all are taken it returns a nil Slot and how long until the
-// first lease ends at the latest: a holder that releases frees its slot
-// sooner, so callers try again after a shorter wait of their own.
-func (s *Store) Acquire(ctx context.Context, host, key string, limit int) (*Slot, time.Duration, error) {
+// trip, and returns it as a *Slot. When all are taken it returns a nil
+// Slot and how long until the first lease ends at the latest: a holder
+// that releases frees its slot sooner, so callers try again after a
+// shorter wait of their own. It implements options.SlotStore, through
+// which the queue keeps QueueOptions.Concurrency's caps fleet-wide.
+func (s *Store) Acquire(ctx context.Context, host, key string, limit int) (options.Slot, time.Duration, error) {
 	if limit < 1 {
 		return nil, 0, fmt.Errorf("redisstore: acquire %s/%s: limit %d: want >= 1", host, key, limit)
 	}

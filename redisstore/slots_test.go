@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
 // Outlook allows 4 concurrent requests per mailbox, whichever process sends them.
@@ -15,7 +17,7 @@ const mailboxLimit = 4
 func TestSlotsCapTheFleet(t *testing.T) {
 	ctx := context.Background()
 	procs := []*Store{newStore(t, shared), newStore(t, shared)}
-	var held []*Slot
+	var held []options.Slot
 	for i := range mailboxLimit {
 		sl, _, err := procs[i%2].Acquire(ctx, "graph.microsoft.com", "users/a@contoso.com", mailboxLimit)
 		require.NoError(t, err)
@@ -64,9 +66,9 @@ func TestSlotsAreRenewedWhileHeld(t *testing.T) {
 	ctx := context.Background()
 	const lease = 90 * time.Millisecond
 	s := newStore(t, shared, WithSlotLease(lease))
-	sl, _, err := s.Acquire(ctx, "h", "mailbox", 1)
+	got, _, err := s.Acquire(ctx, "h", "mailbox", 1)
 	require.NoError(t, err)
-	require.NotNil(t, sl)
+	sl := got.(*Slot)
 	first, err := s.rdb.ZScore(ctx, sl.key, sl.token).Result()
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -85,9 +87,9 @@ func TestCloseReleasesSlots(t *testing.T) {
 	ctx := context.Background()
 	s, err := New(newClient(t, shared), WithPrefix(testPrefix(t)))
 	require.NoError(t, err)
-	sl, _, err := s.Acquire(ctx, "h", "mailbox", 1)
+	got, _, err := s.Acquire(ctx, "h", "mailbox", 1)
 	require.NoError(t, err)
-	require.NotNil(t, sl)
+	sl := got.(*Slot)
 	require.NoError(t, s.Close())
 	assert.Zero(t, s.rdb.ZCard(ctx, sl.key).Val())
 }

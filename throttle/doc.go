@@ -133,4 +133,16 @@
 //     store's own timeout, never a hold past the request's limits. A host no
 //     process saw throttled costs one lookup in the store's memory: no round
 //     trip, no lock, no allocation.
+//  11. Concurrency caps (options.QueueOptions.Concurrency, caps.go): a
+//     server that limits concurrent requests per target (Outlook's 4 per
+//     mailbox) throttles the fifth whatever the pace. A request the queue
+//     let go that falls under a cap then takes one of its slots, first
+//     come first served, and gives it back with its answer (Report); a
+//     wait for a slot ends with the request's limits as a hold does. With a
+//     Store that implements options.SlotStore the slot is also taken in
+//     the fleet's semaphore (one round trip each way), whose slots a dead
+//     process gives back when their lease ends; a full one is asked again
+//     every fleetSlotRetry, or sooner when a slot of this process frees.
+//     The store failing leaves each process its own cap. Like every hold,
+//     a cap holds nothing on a host that never throttled.
 package throttle

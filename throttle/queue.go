@@ -48,13 +48,15 @@ type Queue struct {
 	swept      atomic.Int64
 	// store shares the queue's state with a fleet (store.go); nil: none.
 	store options.Store
+	// caps keeps the concurrency caps (caps.go); nil: none.
+	caps *caps
 }
 
 // New returns a Queue configured by o, whose zero fields take their
 // defaults, reading time from clock. Its gauges report through
 // o.MeterProvider, or the global provider when that is nil.
 func New(clock options.Clock, o options.QueueOptions) *Queue {
-	q := &Queue{clock: clock, recovery: o.Recovery, maxTracked: o.MaxTracked, store: o.Store}
+	q := &Queue{clock: clock, recovery: o.Recovery, maxTracked: o.MaxTracked, store: o.Store, caps: newCaps(clock, o)}
 	if q.recovery == 0 {
 		q.recovery = defaultRecovery
 	}
@@ -99,6 +101,9 @@ type Pass struct {
 	// so a throttle read from it is the queue's reading, not the server's
 	// word.
 	refused bool
+	// slot is the concurrency cap's slot it holds until its answer comes;
+	// nil when uncapped.
+	slot *capSlot
 }
 
 // Outcome is what an attempt's answer says about throttling.
@@ -145,8 +150,26 @@ func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadlin
 		}
 	}
 	p, err := q.acquire(ctx, s, q.newTarget(req), notBefore, deadline, obs)
+	if err == nil && q.caps != nil {
+		if p.slot, err = q.caps.take(ctx, host, req, deadline, obs); err != nil {
+			q.giveBack(s, p)
+			p = Pass{}
+		}
+	}
 	p.Sent, p.host = q.clock.Now(), s
 	return p, err
+}
+
+// giveBack undoes what admitting p counted, for an attempt that will not
+// be sent after all.
+func (q *Queue) giveBack(s *hostState, p Pass) {
+	if p.budget == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p.budget.inflight = max(p.budget.inflight-1, 0)
+	p.budget.waiters.kick()
 }
 
 // Bypass returns the pass of an attempt sent at sent without waiting in
@@ -167,6 +190,9 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	// hosts it knows. It costs an atomic load, and a pass over the hosts
 	// once a window.
 	q.sweep(p.Sent)
+	if p.slot != nil {
+		q.caps.give(p.slot)
+	}
 	var (
 		b         ratelimit.Budget
 		announces bool
