@@ -392,17 +392,33 @@ func TestZonesSimulation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := newSpreadServer(zones, apiOf, http.StatusTooManyRequests, tt.header)
-			res := runSpread(t, srv, 1500, 150, tt.url, options.RetryHandlerOptions{})
-			t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d, per zone %v", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early, res.perZone)
-			assert.Zero(t, res.failed)
-			assert.Zero(t, res.early, "no retry before the server's Retry-After")
-			if tt.whole > 0 {
-				assert.LessOrEqual(t, res.timeOverLimit, tt.whole)
+			// A bounded case runs three times and bounds the medians: in
+			// proportion with bare 429s, one run in about forty meets a
+			// zone's twice-throttled request's tail (4.7x seen, against
+			// 1.1x-1.7x otherwise); a regression moves every run.
+			runs := 1
+			if tt.whole > 0 || tt.perAPI > 0 {
+				runs = 3
 			}
-			for z, over := range res.perZone {
+			var whole []float64
+			perZone := map[string][]float64{}
+			for range runs {
+				srv := newSpreadServer(zones, apiOf, http.StatusTooManyRequests, tt.header)
+				res := runSpread(t, srv, 1500, 150, tt.url, options.RetryHandlerOptions{})
+				t.Logf("attempts/request %.3f, time %.2fx the limit, failed %d, early %d, per zone %v", res.attemptsPerRequest, res.timeOverLimit, res.failed, res.early, res.perZone)
+				assert.Zero(t, res.failed)
+				assert.Zero(t, res.early, "no retry before the server's Retry-After")
+				whole = append(whole, res.timeOverLimit)
+				for z, over := range res.perZone {
+					perZone[z] = append(perZone[z], over)
+				}
+			}
+			if tt.whole > 0 {
+				assert.LessOrEqual(t, median(whole), tt.whole)
+			}
+			for z, over := range perZone {
 				if tt.perAPI > 0 {
-					assert.LessOrEqual(t, over, tt.perAPI, z)
+					assert.LessOrEqual(t, median(over), tt.perAPI, z)
 				}
 			}
 		})
