@@ -26,6 +26,37 @@ type Refuser interface {
 	Refuse(now time.Time, cost float64)
 }
 
+// Releaser is a Limiter that counts requests in flight, as a server that
+// serves a few requests at once per target does (Outlook: 4 per mailbox):
+// the server calls Release on every Releaser that admitted a request once
+// it has served it (Config.ServeTime).
+type Releaser interface {
+	Release(now time.Time, cost float64)
+}
+
+// Concurrent returns a Rule.Limiter that gives every key limit requests
+// in flight at once; one more is refused with a Retry-After of one second,
+// as Graph answers a mailbox's fifth concurrent request.
+func Concurrent(limit int) func(key string, now time.Time) Limiter {
+	return func(string, time.Time) Limiter { return &concurrency{limit: float64(limit)} }
+}
+
+type concurrency struct{ limit, inflight float64 }
+
+// busyWait is the Retry-After of a request refused for concurrency: the
+// server cannot know when a request in flight ends, and Graph names a
+// second.
+const busyWait = time.Second
+
+func (c *concurrency) Wait(_ time.Time, cost float64) time.Duration {
+	if c.inflight+cost > c.limit {
+		return busyWait
+	}
+	return 0
+}
+func (c *concurrency) Take(_ time.Time, cost float64)    { c.inflight += cost }
+func (c *concurrency) Release(_ time.Time, cost float64) { c.inflight = max(c.inflight-cost, 0) }
+
 // Rule throttles the requests it matches with budgets of their own: one
 // Limiter per key that Match returns, so that one rule can model a budget
 // per mailbox, per team or per item.

@@ -102,6 +102,10 @@ type Config struct {
 	// Flapping takes the server down and up again for as long as it runs.
 	// The zero value: never.
 	Flapping Flapping
+	// ServeTime is how long the server takes to serve a request its
+	// budgets admitted, before it answers: the time a request holds a
+	// slot of a Concurrent limiter. Zero: it answers at once.
+	ServeTime time.Duration
 	// Rand returns numbers in [0, 1) to decide random failures. It is
 	// called with the server's lock held, so it need not be safe for
 	// concurrent use. nil: math/rand/v2.Float64.
@@ -139,6 +143,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Outage < 0:
 		return fmt.Errorf("throttletest: Config.Outage = %v must not be negative", c.Outage)
+	case c.ServeTime < 0:
+		return fmt.Errorf("throttletest: Config.ServeTime = %v must not be negative", c.ServeTime)
 	case !(c.FailureRate >= 0 && c.FailureRate <= 1):
 		return fmt.Errorf("throttletest: Config.FailureRate = %v must be within [0, 1]", c.FailureRate)
 	case c.Flapping.Down < 0 || c.Flapping.Up < 0 || (c.Flapping.Down == 0) != (c.Flapping.Up == 0):
@@ -358,6 +364,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	host := hostname(r.Host)
 	now := s.now()
 	a := s.account(r, host, now, bad)
+	if s.cfg.ServeTime > 0 && a.status < 300 {
+		t := time.NewTimer(s.cfg.ServeTime)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+		}
+	}
+	if len(a.taken) > 0 {
+		s.mu.Lock()
+		a.release(s.now())
+		s.mu.Unlock()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	if a.requestID != "" {
 		w.Header().Set("request-id", a.requestID)
@@ -408,6 +427,23 @@ type answer struct {
 	rule       string // the budget that answered 429
 	requestID  string
 	header     http.Header // written by the rules' Announce
+	// taken are the Releasers that admitted the request, to be told
+	// when it is served.
+	taken []taken
+}
+
+type taken struct {
+	l    Releaser
+	cost float64
+}
+
+// release tells the limiters that admitted the request that it was
+// served at now; the caller holds the lock that guards them.
+func (a *answer) release(now time.Time) {
+	for _, t := range a.taken {
+		t.l.Release(now, t.cost)
+	}
+	a.taken = nil
 }
 
 // account decides the answer to one attempt and records it, in one
@@ -527,6 +563,9 @@ func takeToken(rules []*ruleState, now time.Time, r *http.Request, a *answer) bo
 	} else {
 		for _, u := range apply {
 			u.l.Take(now, u.cost)
+			if rl, ok := u.l.(Releaser); ok {
+				a.taken = append(a.taken, taken{rl, u.cost})
+			}
 		}
 	}
 	// After the take, so that an answer tells what is left after it.

@@ -101,6 +101,7 @@ func TestConfigValidate(t *testing.T) {
 		{"host not loopback", Config{Hosts: []string{"10.0.0.1"}}, `Hosts entry "10.0.0.1" is not a loopback`},
 		{"host name", Config{Hosts: []string{"localhost"}}, `Hosts entry "localhost"`},
 		{"negative outage", Config{Outage: -time.Second}, "Config.Outage = -1s"},
+		{"negative serve time", Config{ServeTime: -time.Millisecond}, "Config.ServeTime = -1ms"},
 		{"failure rate above 1", Config{FailureRate: 1.5}, "Config.FailureRate = 1.5"},
 		{"failure rate NaN", Config{FailureRate: math.NaN()}, "Config.FailureRate = NaN"},
 		{"flapping", Config{Flapping: Flapping{Down: 5 * time.Second, Up: 5 * time.Second}}, ""},

@@ -65,7 +65,15 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	a := t.account(r, time.Now())
-	if err := t.travel(r); err != nil {
+	// The way back is the time the request is served: a Concurrent
+	// limiter's slot is given back as the answer leaves.
+	err := t.travel(r)
+	if len(a.taken) > 0 {
+		t.mu.Lock()
+		a.release(time.Now())
+		t.mu.Unlock()
+	}
+	if err != nil {
 		return nil, err
 	}
 	h := a.header
