@@ -63,6 +63,32 @@ func newCaps(clock options.Clock, o options.QueueOptions) *caps {
 	return c
 }
 
+// overran reports whether a throttle of req, sent as p to the host of s,
+// is its concurrency cap's rather than a rate's: req falls under a cap,
+// and the cap's counts missed requests out with it. They do until a
+// request that held a slot has been served: the requests sent before the
+// host's first throttle, when no cap holds anything, take no slot and may
+// still be out, and a request sent before one of the cap's own was served
+// may have been sent beside them. A wave sent past a server's concurrency
+// limit says nothing of a rate, and taken for a budget's throttles it
+// would pace the target below what the cap lets through. Such a request
+// waits out its own Retry-After; no pacer learns from it, and its URL is
+// not held for others, which the cap, in force from then on, holds
+// instead (R14's intent; held for the time the server named, the URL of
+// POSTs to one collection would idle its cap for that time). A throttle
+// of a request the cap counted fully is a rate's, and teaches and holds
+// as any other. False on a nil caps.
+func (c *caps) overran(s *hostState, req *http.Request, p Pass) bool {
+	if c == nil {
+		return false
+	}
+	if key, limit := c.of(req); key == "" || limit < 1 {
+		return false
+	}
+	served := s.capServed.Load()
+	return p.slot == nil || served == 0 || p.Sent.UnixNano() < served
+}
+
 // take waits for a slot of the cap req falls under, if any, and returns
 // it (nil when uncapped). A wait that would pass deadline (zero: none)
 // ends at it with a *HoldError; one whose context ends returns its error.

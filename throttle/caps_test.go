@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -50,7 +51,11 @@ func newCapped(t *testing.T, o options.QueueOptions, clk *clocktest.Clock) *capp
 
 // throttle makes host graph.test one the queue holds: n requests to path
 // out together, throttled with holds that are over.
-func (c *capped) throttle(path string, n int) {
+func (c *capped) throttle(path string, n int) { c.throttleFor(path, n, 0) }
+
+// throttleFor sends n requests to path together and throttles them, the
+// server naming hold.
+func (c *capped) throttleFor(path string, n int, hold time.Duration) {
 	req := get(c.t, graph+path, "")
 	var passes []Pass
 	for range n {
@@ -60,7 +65,7 @@ func (c *capped) throttle(path string, n int) {
 	}
 	c.clk.Advance(time.Millisecond) // the round trip
 	for _, p := range passes {
-		c.q.Report(req, p, Throttled, 0, nil, c.clk.Now)
+		c.q.Report(req, p, Throttled, hold, nil, c.clk.Now)
 	}
 }
 
@@ -181,10 +186,17 @@ func TestCapsWaitEnds(t *testing.T) {
 func TestCapsGiveBackTheBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		clk := clocktest.New(t0)
-		c := newCapped(t, options.QueueOptions{Concurrency: perMailbox(1)}, clk)
-		// Two throttles together make it a budget, which counts what is in
-		// flight.
+		var capping atomic.Bool
+		c := newCapped(t, options.QueueOptions{Concurrency: func(req *http.Request) (string, int) {
+			if !capping.Load() {
+				return "", 0
+			}
+			return perMailbox(1)(req)
+		}}, clk)
+		// Two throttles together, of a rate (the cap is off), make it a
+		// budget, which counts what is in flight.
 		c.throttle("/v1.0/users/a/messages", 2)
+		capping.Store(true)
 		c.admit("holder", "/v1.0/users/a/messages", time.Time{})
 		c.untilDone(1) // the budget's pace
 		c.admit("waiter", "/v1.0/users/a/messages", time.Time{})
@@ -296,5 +308,62 @@ func TestCapsFleetWide(t *testing.T) {
 		assert.Equal(t, []string{"b1", "b2"}, b.done())
 		a.report("a2")
 		assert.Equal(t, []string{"a1", "a2", "a3"}, a.done())
+	})
+}
+
+// TestCapsOverrun: a throttle of a capped request is the cap's while the
+// cap's counts may have missed requests out with it (sent without a slot,
+// or before a request that held one was served): it forms no budget and
+// holds no URL. Once a request that held its slot was served, a throttle
+// of one sent after is a rate's, and holds its URL as any other.
+func TestCapsOverrun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clk := clocktest.New(t0)
+		c := newCapped(t, options.QueueOptions{Concurrency: perMailbox(1)}, clk)
+		const path = "/v1.0/users/a/messages"
+		heldURL := func() bool {
+			s := c.q.state("graph.test", false, time.Time{})
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.held(c.q.newTarget(get(t, graph+path, ""))).After(clk.Now())
+		}
+		throttle := func(name string) {
+			c.mu.Lock()
+			req, p := c.reqs[name], c.passes[name]
+			c.mu.Unlock()
+			c.q.Report(req, p, Throttled, time.Second, nil, clk.Now)
+			synctest.Wait()
+		}
+
+		budgets := func() int {
+			s := c.q.state("graph.test", false, time.Time{})
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			n := 0
+			for _, nd := range s.nodes {
+				if nd.shared {
+					n++
+				}
+			}
+			return n
+		}
+		// The first wave: sent before the host throttled, without slots,
+		// two together, which would make a budget of a rate.
+		c.throttleFor(path, 2, time.Second)
+		assert.False(t, heldURL(), "sent without its slot: the cap's")
+		assert.Zero(t, budgets(), "no budget formed")
+		clk.Advance(time.Second)
+
+		c.admit("capped", path, time.Time{})
+		throttle("capped")
+		assert.False(t, heldURL(), "no request of the cap served yet: the cap's")
+
+		c.admit("served", path, time.Time{})
+		clk.Advance(time.Millisecond)
+		c.report("served")
+		c.admit("rate", path, time.Time{})
+		clk.Advance(time.Millisecond)
+		throttle("rate")
+		assert.True(t, heldURL(), "sent after one of the cap's was served: a rate's, which holds its URL")
 	})
 }

@@ -144,5 +144,10 @@
 //     process gives back when their lease ends; a full one is asked again
 //     every fleetSlotRetry, or sooner when a slot of this process frees.
 //     The store failing leaves each process its own cap. Like every hold,
-//     a cap holds nothing on a host that never throttled.
+//     a cap holds nothing on a host that never throttled. So the host's
+//     first wave goes uncapped, and until a request that held a slot is
+//     served the cap's counts may miss requests out beside it: a throttle
+//     of a capped request then is the cap's, not a rate's. It teaches no
+//     pacer and holds no URL for others (the cap holds them now, which is
+//     R14's intent); the request waits out its own Retry-After.
 package throttle

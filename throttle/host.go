@@ -27,6 +27,10 @@ type hostState struct {
 	served, refused waveCount
 	// fleet is what the queue exchanged with its store about the host.
 	fleet fleetHost
+	// capServed is when a request that held a concurrency cap's slot was
+	// first sent and then served, in Unix nanoseconds; 0 until one was
+	// (caps.go).
+	capServed atomic.Int64
 
 	mu sync.Mutex
 	// forgotten is set, under mu, when sweep drops the host: an answer to

@@ -68,18 +68,23 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 	item.named, item.at, item.seq = later(item.named, end), now, s.seq
 	keys := t.keys()
 	var n *node
-	if item.strikes < lockedStrikes {
+	if item.strikes < lockedStrikes && !p.overran {
 		n = q.attribute(s, keys, now, concurrent)
 	}
 	if n == nil {
-		// Locked, or throttled on its own: its own word holds it.
-		item.end = later(item.end, end)
-		u := s.urls[t.url]
-		if u == nil {
-			u = &entry{}
-			s.urls[t.url] = u
+		// Locked, or throttled on its own: its own word holds it. Sent
+		// past its concurrency cap, it is the cap's: the request waits
+		// out its own Retry-After, and the cap, in force from now on,
+		// holds the others (caps.go).
+		if !p.overran {
+			item.end = later(item.end, end)
+			u := s.urls[t.url]
+			if u == nil {
+				u = &entry{}
+				s.urls[t.url] = u
+			}
+			u.end, u.seq = later(u.end, end), s.seq
 		}
-		u.end, u.seq = later(u.end, end), s.seq
 		q.prune(s, now)
 		if b := q.budgetOf(s, keys, now); b != nil {
 			b.waiters.kick()

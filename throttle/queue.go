@@ -104,6 +104,10 @@ type Pass struct {
 	// slot is the concurrency cap's slot it holds until its answer comes;
 	// nil when uncapped.
 	slot *capSlot
+	// overran is set by Report for a throttled attempt that falls under
+	// a cap whose counts missed requests out with it: its throttle is the
+	// cap's (caps.go).
+	overran bool
 }
 
 // Outcome is what an attempt's answer says about throttling.
@@ -273,6 +277,7 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	}
 	switch o {
 	case Throttled:
+		p.overran = q.caps.overran(s, req, p)
 		end := now.Add(hold)
 		if end.Before(now) { // saturated
 			end = time.Unix(1<<62, 0)
@@ -285,6 +290,9 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 			note.hold, note.until = t.path, end
 		}
 	case Succeeded:
+		if p.slot != nil && s.capServed.Load() == 0 {
+			s.capServed.CompareAndSwap(0, now.UnixNano())
+		}
 		q.succeeded(s, t, p, now)
 	}
 	// What the answer changed may let the head of its budget go sooner.
