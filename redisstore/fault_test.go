@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -252,3 +254,33 @@ func TestRestartedEmptyRebuilds(t *testing.T) {
 }
 
 func attributeKey(k string) attribute.Key { return attribute.Key(k) }
+
+// An Acquire whose answer did not come within the store's bound may still
+// take its slot once Redis runs again: the store gives it back as soon as
+// Redis answers, not at the end of its lease.
+func TestAcquirePastItsBoundGivesTheSlotBack(t *testing.T) {
+	srv := newServer(t)
+	s := newStore(t, srv, WithTimeout(50*time.Millisecond), WithProbeInterval(50*time.Millisecond))
+	ctx := context.Background()
+	key := s.keys.slots("h", "mailbox")
+	require.NoError(t, srv.pause())
+	sl, _, err := s.Acquire(ctx, "h", "mailbox", 1)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Nil(t, sl)
+	orphans := func() int {
+		s.slots.mu.Lock()
+		defer s.slots.mu.Unlock()
+		return len(s.slots.orphans)
+	}
+	require.Equal(t, 1, orphans(), "kept to be given back")
+	require.NoError(t, srv.resume())
+	require.Eventually(t, func() bool { return orphans() == 0 }, 5*time.Second, 10*time.Millisecond,
+		"given back once Redis answers, well within its %v lease", DefaultSlotLease)
+	assert.Zero(t, s.rdb.ZCard(ctx, key).Val(), "no slot held for no one")
+	var got options.Slot
+	require.Eventually(t, func() bool {
+		got, _, err = s.Acquire(ctx, "h", "mailbox", 1)
+		return err == nil && got != nil
+	}, 5*time.Second, 10*time.Millisecond, "free for the next")
+	require.NoError(t, got.Release(ctx))
+}

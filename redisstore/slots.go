@@ -39,6 +39,11 @@ func (s *Store) Acquire(ctx context.Context, host, key string, limit int) (optio
 		err = fmt.Errorf("%w: unexpected reply %v", ErrUnavailable, r)
 	}
 	if err != nil {
+		// The script may have run after the call stopped waiting for it
+		// (a call that outlives the store's bound still reaches Redis):
+		// the slot is given back as soon as Redis answers, rather than
+		// held by no one until its lease ends.
+		s.slots.orphan(sl, s)
 		return nil, 0, fmt.Errorf("redisstore: acquire %s/%s: %w", host, key, err)
 	}
 	if r[0] != 1 {
@@ -72,25 +77,48 @@ func newToken() string {
 }
 
 // slotSet is the slots this process holds, renewed every third of the
-// lease by one goroutine that runs only while some are held.
+// lease by one goroutine that runs only while some are held, and the
+// slots whose Acquire failed, which that goroutine gives back.
 type slotSet struct {
 	mu      sync.Mutex
 	held    map[*Slot]struct{}
+	orphans map[*Slot]struct{}
 	running bool
 	stopped bool
 	quit    chan struct{}
+	kick    chan struct{} // orphans to give back
 	done    sync.WaitGroup
 }
 
 func (ss *slotSet) init() {
 	ss.held = map[*Slot]struct{}{}
+	ss.orphans = map[*Slot]struct{}{}
 	ss.quit = make(chan struct{})
+	ss.kick = make(chan struct{}, 1)
 }
 
 func (ss *slotSet) add(sl *Slot, s *Store) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.held[sl] = struct{}{}
+	ss.start(s)
+}
+
+// orphan records a slot that may have been taken for no one, to be
+// given back.
+func (ss *slotSet) orphan(sl *Slot, s *Store) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.orphans[sl] = struct{}{}
+	ss.start(s)
+	select {
+	case ss.kick <- struct{}{}:
+	default:
+	}
+}
+
+// start runs the renewer unless it runs; the caller holds ss.mu.
+func (ss *slotSet) start(s *Store) {
 	if ss.running || ss.stopped {
 		return
 	}
@@ -105,20 +133,22 @@ func (ss *slotSet) remove(sl *Slot) {
 	delete(ss.held, sl)
 }
 
-// snapshot returns the held slots, or none and false when the renewer
-// should end (nothing held, or the store closing).
-func (ss *slotSet) snapshot() ([]*Slot, bool) {
+// snapshot returns the held slots and the orphans, or false when the
+// renewer should end (neither, or the store closing).
+func (ss *slotSet) snapshot() (held, orphans []*Slot, ok bool) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if len(ss.held) == 0 || ss.stopped {
+	if len(ss.held) == 0 && len(ss.orphans) == 0 || ss.stopped {
 		ss.running = false
-		return nil, false
+		return nil, nil, false
 	}
-	out := make([]*Slot, 0, len(ss.held))
 	for sl := range ss.held {
-		out = append(out, sl)
+		held = append(held, sl)
 	}
-	return out, true
+	for sl := range ss.orphans {
+		orphans = append(orphans, sl)
+	}
+	return held, orphans, true
 }
 
 // stop ends the renewer and returns the slots still held.
@@ -128,11 +158,15 @@ func (ss *slotSet) stop() []*Slot {
 		ss.stopped = true
 		close(ss.quit)
 	}
-	out := make([]*Slot, 0, len(ss.held))
+	out := make([]*Slot, 0, len(ss.held)+len(ss.orphans))
 	for sl := range ss.held {
 		out = append(out, sl)
 	}
+	for sl := range ss.orphans {
+		out = append(out, sl)
+	}
 	clear(ss.held)
+	clear(ss.orphans)
 	ss.mu.Unlock()
 	ss.done.Wait()
 	return out
@@ -143,20 +177,34 @@ func (ss *slotSet) stop() []*Slot {
 // (Redis was away longer than a lease, or restarted empty) is dropped from
 // renewal: its holder finishes its request, failing open, and the fleet
 // counts the slot free.
+//
+// It gives the orphans back as they come, and again every probe interval
+// until Redis answers: a slot taken for no one would otherwise keep one
+// of the fleet's few slots of its target busy for a whole lease.
 func (s *Store) renew() {
 	defer s.slots.done.Done()
-	t := time.NewTicker(s.cfg.slotLease / 3)
+	every := s.cfg.slotLease / 3
+	t := time.NewTicker(min(every, s.cfg.probeInterval))
 	defer t.Stop()
+	renewed := time.Now()
 	for {
 		select {
 		case <-s.slots.quit:
 			return
 		case <-t.C:
+		case <-s.slots.kick:
 		}
-		held, ok := s.slots.snapshot()
+		held, orphans, ok := s.slots.snapshot()
 		if !ok {
 			return
 		}
+		if len(orphans) > 0 {
+			s.giveBack("release", orphans)
+		}
+		if time.Since(renewed) < every || len(held) == 0 {
+			continue
+		}
+		renewed = time.Now()
 		keys := make([]string, len(held))
 		args := make([]interface{}, 1, len(held)+1)
 		args[0] = s.cfg.slotLease.Milliseconds()
@@ -181,16 +229,30 @@ func (s *Store) renew() {
 // releaseAll gives back the slots held when the store closes, in one round
 // trip, so that the fleet need not wait for their leases to end.
 func (s *Store) releaseAll() {
-	held := s.slots.stop()
-	if len(held) == 0 {
-		return
+	if held := s.slots.stop(); len(held) > 0 {
+		s.giveBack("release", held)
 	}
-	_, _ = call(context.Background(), s, "release", func(ctx context.Context) (struct{}, error) {
+}
+
+// giveBack removes slots from the fleet's semaphores in one round trip
+// and reports whether Redis answered; orphans it gave back are no longer
+// orphans.
+func (s *Store) giveBack(op string, slots []*Slot) bool {
+	_, err := call(context.Background(), s, op, func(ctx context.Context) (struct{}, error) {
 		pipe := s.rdb.Pipeline()
-		for _, sl := range held {
+		for _, sl := range slots {
 			pipe.ZRem(ctx, sl.key, sl.token)
 		}
 		_, err := pipe.Exec(ctx)
 		return struct{}{}, err
 	})
+	if err != nil {
+		return false
+	}
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	for _, sl := range slots {
+		delete(s.slots.orphans, sl)
+	}
+	return true
 }
