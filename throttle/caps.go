@@ -10,12 +10,14 @@ import (
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
-// fleetSlotRetry is how soon a request that found a fleet-wide cap full
-// asks again, unless a slot of its own process frees first: a release by
-// another process wakes no one here, and a mailbox request takes tens to
-// hundreds of milliseconds, so a few asks per request's time find a freed
-// slot without a round trip per waiter per millisecond.
-const fleetSlotRetry = 20 * time.Millisecond
+// fleetSlotRetry is how soon a process whose requests found a fleet-wide
+// cap full asks again, unless a slot of its own frees first: a release by
+// another process wakes no one here. About one mailbox request's time:
+// asked more often, the fleet's questions about its few slots outnumber
+// its requests, and on a loaded machine the store's answers pass its
+// bound (measured: 20 ms gave 8 processes 1.2x-3.2x the physical limit,
+// the store timing out and failing open; 50 ms, 1.5x-1.6x).
+const fleetSlotRetry = 50 * time.Millisecond
 
 // caps keeps the concurrency caps options.QueueOptions.Concurrency names:
 // a semaphore per host and capped target in this process, in FIFO order,
@@ -40,6 +42,19 @@ type semaphore struct {
 	// watching are the requests holding a slot here that wait for one in
 	// the fleet: a release here may have freed one there.
 	watching []*capWaiter
+	// asking is set while one of them asks the fleet for a slot;
+	// fullUntil is when they may ask again after the fleet said it is
+	// full, unless a slot is freed here first.
+	asking    bool
+	fullUntil time.Time
+}
+
+// wakeWatching wakes the requests waiting for a slot of the fleet. The
+// caller holds caps.mu.
+func (s *semaphore) wakeWatching() {
+	for _, w := range s.watching {
+		w.signal()
+	}
 }
 
 type capWaiter struct {
@@ -109,7 +124,42 @@ func (c *caps) take(ctx context.Context, host string, req *http.Request, deadlin
 		return sl, nil
 	}
 	for {
+		// One request at a time asks the fleet for a slot of k, and none
+		// while the fleet said it is full, until a slot is freed here or
+		// fleetSlotRetry has passed: the others would ask the same
+		// question at the same time, a round trip each.
+		c.mu.Lock()
+		sem := c.sems[sl.k]
+		now := c.clock.Now()
+		if sem.asking || now.Before(sem.fullUntil) {
+			at := sem.fullUntil
+			if sem.asking || !at.After(now) {
+				at = now.Add(fleetSlotRetry)
+			}
+			c.mu.Unlock()
+			if !deadline.IsZero() && at.After(deadline) {
+				c.release(sl.k)
+				return nil, &HoldError{Until: at}
+			}
+			if obs != nil {
+				obs.Held(ctx, at.Sub(now))
+			}
+			if err := c.idle(ctx, sl.k, at); err != nil {
+				c.release(sl.k)
+				return nil, err
+			}
+			continue
+		}
+		sem.asking = true
+		c.mu.Unlock()
 		fs, full, err := c.store.Acquire(ctx, host, key, limit)
+		c.mu.Lock()
+		sem.asking = false
+		if err == nil && fs == nil {
+			sem.fullUntil = c.clock.Now().Add(min(full, fleetSlotRetry))
+		}
+		sem.wakeWatching()
+		c.mu.Unlock()
 		switch {
 		case err != nil && ctx.Err() != nil:
 			c.release(sl.k)
@@ -122,18 +172,6 @@ func (c *caps) take(ctx context.Context, host string, req *http.Request, deadlin
 		case fs != nil:
 			sl.fleet = fs
 			return sl, nil
-		}
-		at := c.clock.Now().Add(min(full, fleetSlotRetry))
-		if !deadline.IsZero() && at.After(deadline) {
-			c.release(sl.k)
-			return nil, &HoldError{Until: at}
-		}
-		if obs != nil {
-			obs.Held(ctx, fleetSlotRetry)
-		}
-		if err := c.idle(ctx, sl.k, at); err != nil {
-			c.release(sl.k)
-			return nil, err
 		}
 	}
 }
@@ -186,7 +224,7 @@ func (c *caps) local(ctx context.Context, k capKey, limit int, deadline time.Tim
 }
 
 // idle waits until at, or until a slot of k is released in this process,
-// which may mean one is free in the fleet too.
+// which may mean one is free in the fleet too, or the fleet was asked.
 func (c *caps) idle(ctx context.Context, k capKey, at time.Time) error {
 	w := &capWaiter{wake: make(chan struct{}, 1)}
 	c.mu.Lock()
@@ -231,9 +269,9 @@ func (c *caps) releaseLocked(k capKey) {
 	if s == nil {
 		return
 	}
-	for _, w := range s.watching {
-		w.signal()
-	}
+	// A slot freed here frees one of the fleet's: ask again at once.
+	s.fullUntil = time.Time{}
+	s.wakeWatching()
 	if len(s.waiting) > 0 {
 		w := s.waiting[0]
 		s.waiting = s.waiting[1:]
