@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/hashicorp/go-retryablehttp"
 	nethttplibrary "github.com/microsoft/kiota-http-go"
 
+	"github.com/kiota-resilience/kiota-resilience-go/graph"
 	"github.com/kiota-resilience/kiota-resilience-go/middleware"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
@@ -26,6 +28,14 @@ type client struct {
 	name  string // in tables and charts
 	setup string // how it is configured, for RESULTS.md
 	build func(base http.RoundTripper) (*http.Client, error)
+	// only names the scenarios it runs; nil: all. A client whose options
+	// matter only to some servers runs only there.
+	only []string
+}
+
+// runs reports whether the client runs scenario sc.
+func (c client) runs(sc scenario) bool {
+	return c.only == nil || slices.Contains(c.only, sc.key)
 }
 
 // clients lists every client in the order of the tables.
@@ -34,12 +44,12 @@ var clients = []client{
 		"the Kiota pipeline with one middleware that only passes the request on (an empty list would get the default chain)",
 		func(base http.RoundTripper) (*http.Client, error) {
 			return &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(base, passThrough{})}, nil
-		}},
+		}, nil},
 	{"kiota", "kiota-http-go RetryHandler", "kiota-http-go v1.5.4 `NewRetryHandler()` (3 retries, 3 s base delay, " +
 		"honours Retry-After) alone in `NewCustomTransportWithParentTransport(base, h)`",
 		func(base http.RoundTripper) (*http.Client, error) {
 			return &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(base, nethttplibrary.NewRetryHandler())}, nil
-		}},
+		}, nil},
 	{"retryablehttp", "go-retryablehttp", "hashicorp/go-retryablehttp v0.7.8 `NewClient()` defaults (4 retries, " +
 		"1-30 s exponential backoff, honours Retry-After on 429 and 503) through `StandardClient()`; " +
 		"its inner `http.Client` uses the shared base transport and its logger is off",
@@ -48,7 +58,7 @@ var clients = []client{
 			rc.HTTPClient = &http.Client{Transport: base}
 			rc.Logger = nil
 			return rc.StandardClient(), nil
-		}},
+		}, nil},
 	{"failsafe", "failsafe-go", "failsafe-go v0.9.8 `failsafehttp.NewRetryPolicyBuilder().WithBackoff(1s, 30s).WithMaxRetries(3)` " +
 		"as its HTTP guide shows (the builder retries 429 and 5xx and delays by Retry-After on 429 and 503) " +
 		"in `failsafehttp.NewRoundTripper(base, policy)`",
@@ -58,17 +68,22 @@ var clients = []client{
 				WithMaxRetries(3).
 				Build()
 			return &http.Client{Transport: failsafehttp.NewRoundTripper(base, rp)}, nil
-		}},
+		}, nil},
 	{"ours-noqueue", "ours, queue off", "`middleware.NewRetryHandler(options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: true}})` " +
 		"alone in `NewCustomTransportWithParentTransport(base, h)`",
 		func(base http.RoundTripper) (*http.Client, error) {
 			return ours(base, options.RetryHandlerOptions{Queue: options.QueueOptions{Disabled: true}})
-		}},
+		}, nil},
 	{"ours", "ours (default)", "`middleware.NewRetryHandler(options.RetryHandlerOptions{})`, default options, " +
 		"throttle queue on, alone in `NewCustomTransportWithParentTransport(base, h)`",
 		func(base http.RoundTripper) (*http.Client, error) {
 			return ours(base, options.RetryHandlerOptions{})
-		}},
+		}, nil},
+	{"ours-caps", "ours, Outlook's cap", "`middleware.NewRetryHandler(options.RetryHandlerOptions{Queue: options.QueueOptions{Concurrency: graph.MailboxConcurrency}})`: " +
+		"default options but for Outlook's 4 concurrent requests per mailbox, kept once the host has throttled; runs only where a server caps concurrency",
+		func(base http.RoundTripper) (*http.Client, error) {
+			return ours(base, options.RetryHandlerOptions{Queue: options.QueueOptions{Concurrency: graph.MailboxConcurrency}})
+		}, []string{"concurrency"}},
 }
 
 func ours(base http.RoundTripper, opts options.RetryHandlerOptions) (*http.Client, error) {

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/kiota-resilience/kiota-resilience-go/bench/internal/redisserver"
+	"github.com/kiota-resilience/kiota-resilience-go/graph"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/redisstore"
 	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
@@ -49,6 +50,10 @@ type fleetRow struct {
 	// client's address, which every process shares on loopback, answering
 	// 429 with the same Retry-After: 3.
 	nginx bool
+	// caps runs the workload against the concurrency scenario's server
+	// (ten mailboxes serving 4 requests at once), each process capping
+	// them with graph.MailboxConcurrency.
+	caps bool
 }
 
 var fleetRows = []fleetRow{
@@ -66,6 +71,9 @@ var fleetRows = []fleetRow{
 	{key: "8-nginx", title: "8 processes, store, behind nginx", procs: 8, store: true, nginx: true},
 	{key: "20-nginx", title: "20 processes, store, behind nginx", procs: 20, store: true, nginx: true},
 	{key: "8-nginx-nostore", title: "8 processes, no store, behind nginx", procs: 8, nginx: true},
+	{key: "1-caps", title: "1 process, 4 at once per mailbox, capped", procs: 1, caps: true},
+	{key: "8-caps", title: "8 processes, store, 4 at once per mailbox, capped", procs: 8, store: true, caps: true},
+	{key: "8-caps-nostore", title: "8 processes, no store, 4 at once per mailbox, capped", procs: 8, caps: true},
 }
 
 // fleetResult is what one row's fleet did.
@@ -143,9 +151,13 @@ func runFleetRows(w io.Writer, rows []fleetRow, p params) ([]fleetResult, error)
 func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) (fleetResult, error) {
 	res := fleetResult{row: row, n: p.n, limit: perSecond(p.n, p.rate)}
 	cfg := fleetConfig(p)
-	if row.nginx {
+	switch {
+	case row.nginx:
 		cfg = throttletest.Config{}
 		res.limit = limitReqLimit(p)
+	case row.caps:
+		cfg = concurrencyConfig()
+		res.limit = concurrencyLimit(p.n)
 	}
 	srv := throttletest.NewServer(cfg)
 	defer srv.Close()
@@ -182,6 +194,9 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 			"-c", fmt.Sprint(c), "-timeout", p.reqTimeout.String()}
 		if row.store {
 			args = append(args, "-redis", rs.Addr(), "-prefix", prefix)
+		}
+		if row.caps {
+			args = append(args, "-caps")
 		}
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Stderr = os.Stderr
@@ -374,11 +389,15 @@ func fleetWorker(args []string) error {
 	addr := fs.String("redis", "", "Redis address; empty: no store")
 	prefix := fs.String("prefix", redisstore.DefaultPrefix, "the store's key prefix")
 	timeout := fs.Duration("timeout", time.Minute, "cap on one request")
+	caps := fs.Bool("caps", false, "send to mailboxes, capped by graph.MailboxConcurrency")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	// go-redis logs each connection a killed Redis breaks.
 	redis.SetLogger(quietRedis{})
+	// Counted before the store starts, and again once it is closed: what
+	// the handler and the store leave behind after the user's Close.
+	before := runtime.NumGoroutine()
 	base := newBaseTransport(*c)
 	counting := &countingTransport{base: base}
 	var (
@@ -394,11 +413,15 @@ func fleetWorker(args []string) error {
 		}
 		opts.Queue.Store = store
 	}
+	target := func(i int) (string, bool) { return item(*url, http.MethodGet, "users", i), true }
+	if *caps {
+		opts.Queue.Concurrency = graph.MailboxConcurrency
+		target = func(i int) (string, bool) { return concurrencyTarget(*url, http.MethodGet, i), true }
+	}
 	hc, err := ours(counting, opts)
 	if err != nil {
 		return err
 	}
-	before := runtime.NumGoroutine()
 	fmt.Println("ready")
 	if line, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil || strings.TrimSpace(line) != "go" {
 		return fmt.Errorf("waiting for go: %q %v", line, err)
@@ -409,7 +432,6 @@ func fleetWorker(args []string) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
-	target := func(i int) (string, bool) { return item(*url, http.MethodGet, "users", i), true }
 	for range *c {
 		wg.Add(1)
 		go func() {
@@ -444,11 +466,11 @@ func fleetWorker(args []string) error {
 		rep.Refused += c.refused
 		rep.Early += c.early
 	}
-	rep.Goroutines = int64(max(settle(before)-before, 0))
 	if store != nil {
 		_ = store.Close()
 		_ = rdb.Close()
 	}
+	rep.Goroutines = int64(max(settle(before)-before, 0))
 	b, err := json.Marshal(rep)
 	if err != nil {
 		return err
@@ -468,19 +490,22 @@ func writeFleetTable(w io.Writer, rs []fleetResult, p params) {
 	fmt.Fprintf(w, "\n### Fleet: %d GETs from %d workers shared by the processes, one token bucket %g/s burst %d, `Retry-After: 3`\n\n",
 		p.n, p.c, p.rate, p.burst)
 	fmt.Fprintf(w, "Physical limit: %s (behind nginx: %s, since limit_req admits burst + 1 at once). Each process has its own `middleware.NewRetryHandler` (default options; with the store, `Queue: options.QueueOptions{Store: store}` on `redisstore.New`). "+
-		"The rows behind nginx put Debian's nginx (`limit_req` at the same rate and burst, `nodelay`, keyed by the client's address, which every process shares on loopback, answering 429 with `Retry-After: 3`) in front of a server that throttles nothing; their attempts and 429s are counted in each process's transport.\n\n",
-		secs(perSecond(p.n, p.rate)), secs(limitReqLimit(p)))
+		"The rows behind nginx put Debian's nginx (`limit_req` at the same rate and burst, `nodelay`, keyed by the client's address, which every process shares on loopback, answering 429 with `Retry-After: 3`) in front of a server that throttles nothing; their attempts and 429s are counted in each process's transport. "+
+		"The capped rows send the same GETs to scenario (n)'s server instead (ten mailboxes, each serving 4 requests at once in %s, a fifth answered 429 with `Retry-After: 1`; physical limit %s), each process with `Queue.Concurrency: graph.MailboxConcurrency`.\n\n",
+		secs(perSecond(p.n, p.rate)), secs(limitReqLimit(p)), concurrencyServe, secs(concurrencyLimit(p.n)))
 	fmt.Fprintln(w, "| fleet | wall over the physical limit | vs 1 process | attempts/req | vs 1 process | 429s | lost (failed + errors) | leaked bodies | leaked goroutines |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
-	alone := map[bool]*fleetResult{}
+	// Each row is set against one process alone on the same server.
+	type server struct{ nginx, caps bool }
+	alone := map[server]*fleetResult{}
 	for i := range rs {
 		if r := &rs[i]; r.row.procs == 1 && !r.row.store {
-			alone[r.row.nginx] = r
+			alone[server{r.row.nginx, r.row.caps}] = r
 		}
 	}
 	for _, r := range rs {
 		vsWall, vsAtt := "", ""
-		if one := alone[r.row.nginx]; one != nil {
+		if one := alone[server{r.row.nginx, r.row.caps}]; one != nil {
 			vsWall = fmt.Sprintf("%.2fx", r.wall.Seconds()/one.wall.Seconds())
 			vsAtt = fmt.Sprintf("%+.3f", r.attemptsPerRequest()-one.attemptsPerRequest())
 		}

@@ -181,7 +181,7 @@ func mainErr(args []string) error {
 			for _, m := range methods {
 				g := group{scenario: sc, workload: w, method: m}
 				for _, cl := range cls {
-					if sc.workloads && !runsWorkload(cl, full, w, peer) {
+					if !cl.runs(sc) || sc.workloads && !runsWorkload(cl, full, w, peer) {
 						continue
 					}
 					label := sc.key + " " + m

@@ -218,6 +218,55 @@ var scenarios = []scenario{
 			return graphAPIOf, graphLimits(p)
 		},
 	},
+	{
+		key:   "concurrency",
+		title: "(n) ten mailboxes, 4 concurrent requests each",
+		about: "Outlook's concurrency cap: request i reads (GET `/v1.0/users/mbx{i mod 10}/messages/{i}`) or creates (POST `/v1.0/users/mbx{i mod 10}/messages`) a message; " +
+			"each mailbox serves 4 requests at once, each in 50 ms, and answers a fifth at once 429 with `Retry-After: 1`; no rate budget. " +
+			"Physical limit: n / (10 × 4 / 50 ms).",
+		config: func(params) throttletest.Config { return concurrencyConfig() },
+		target: func(srv *throttletest.Server, method string, i int) (string, bool) {
+			return concurrencyTarget(srv.URL, method, i), true
+		},
+		limit: func(p params) time.Duration { return concurrencyLimit(p.n) },
+		limitAbout: func(p params) string {
+			return fmt.Sprintf("%d requests over %d mailboxes serving %d at once in %s each", p.n, concurrencyMailboxes, outlookConcurrency, concurrencyServe)
+		},
+	},
+}
+
+// The concurrency scenario's server: Outlook's cap per mailbox, and a
+// serve time that makes the cap, not the network, the bound.
+const (
+	concurrencyMailboxes = 10
+	outlookConcurrency   = 4
+	concurrencyServe     = 50 * time.Millisecond
+)
+
+func concurrencyConfig() throttletest.Config {
+	return throttletest.Config{
+		Rules: []throttletest.Rule{{Name: "mailbox", Match: mailboxOf,
+			Limiter: throttletest.Concurrent(outlookConcurrency)}},
+		ServeTime: concurrencyServe,
+	}
+}
+
+// concurrencyTarget is the URL of request i of the concurrency scenario.
+func concurrencyTarget(base, method string, i int) string {
+	return item(base+"/v1.0/users", method, fmt.Sprintf("mbx%d/messages", i%concurrencyMailboxes), i)
+}
+
+// concurrencyLimit is the least time the concurrency server serves n
+// requests in: every mailbox's slots always busy.
+func concurrencyLimit(n int) time.Duration {
+	return perSecond(n, concurrencyMailboxes*outlookConcurrency/concurrencyServe.Seconds())
+}
+
+// mailboxOf is the mailbox of a /v1.0/users/{id}/messages request.
+func mailboxOf(r *http.Request) (string, bool) {
+	rest, ok := strings.CutPrefix(r.URL.Path, "/v1.0/users/")
+	id, sub, _ := strings.Cut(rest, "/")
+	return id, ok && strings.HasPrefix(sub, "messages")
 }
 
 // limiterScenarios are servers whose limiter is not a plain token bucket
