@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -210,12 +211,7 @@ func (c *caps) local(ctx context.Context, k capKey, limit int, deadline time.Tim
 		}
 		return err
 	}
-	for i, o := range s.waiting {
-		if o == w {
-			s.waiting = append(s.waiting[:i], s.waiting[i+1:]...)
-			break
-		}
-	}
+	s.waiting = without(s.waiting, w)
 	c.forgetLocked(k, s)
 	if err == nil {
 		err = &HoldError{Until: deadline}
@@ -223,8 +219,9 @@ func (c *caps) local(ctx context.Context, k capKey, limit int, deadline time.Tim
 	return err
 }
 
-// idle waits until at, or until a slot of k is released in this process,
-// which may mean one is free in the fleet too, or the fleet was asked.
+// idle waits until at, until a slot of k is released in this process
+// (which frees one of the fleet's too), or until the request asking the
+// fleet for one has its answer.
 func (c *caps) idle(ctx context.Context, k capKey, at time.Time) error {
 	w := &capWaiter{wake: make(chan struct{}, 1)}
 	c.mu.Lock()
@@ -234,13 +231,13 @@ func (c *caps) idle(ctx context.Context, k capKey, at time.Time) error {
 	err := wait.Woken(ctx, c.clock, max(at.Sub(c.clock.Now()), 0), w.wake)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i, o := range s.watching {
-		if o == w {
-			s.watching = append(s.watching[:i], s.watching[i+1:]...)
-			break
-		}
-	}
+	s.watching = without(s.watching, w)
 	return err
+}
+
+// without returns ws less w, in order.
+func without(ws []*capWaiter, w *capWaiter) []*capWaiter {
+	return slices.DeleteFunc(ws, func(o *capWaiter) bool { return o == w })
 }
 
 // give hands sl back: the fleet's slot, then this process's.
