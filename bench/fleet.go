@@ -23,6 +23,7 @@ import (
 
 	"github.com/kiota-resilience/kiota-resilience-go/bench/internal/redisserver"
 	"github.com/kiota-resilience/kiota-resilience-go/graph"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/realproxy"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/redisstore"
 	"github.com/kiota-resilience/kiota-resilience-go/throttletest"
@@ -50,11 +51,23 @@ type fleetRow struct {
 	// client's address, which every process shares on loopback, answering
 	// 429 with the same Retry-After: 3.
 	nginx bool
+	// haproxy puts the fleet behind HAProxy's stick-table sliding window
+	// at the same rate, keyed by the client's address, answering 429 with
+	// the same Retry-After: 3; refused requests count in its window.
+	haproxy bool
+	// skew sets process k's clock k·skew ahead of the others' (the
+	// handler's and its store's alike), alternately behind: processes
+	// whose clocks disagree by seconds, as hosts without NTP do.
+	skew time.Duration
 	// caps runs the workload against the concurrency scenario's server
 	// (ten mailboxes serving 4 requests at once), each process capping
 	// them with graph.MailboxConcurrency.
 	caps bool
 }
+
+// proxied reports whether a real limiter stands before the server, which
+// then sees only what it let through.
+func (r fleetRow) proxied() bool { return r.nginx || r.haproxy }
 
 var fleetRows = []fleetRow{
 	{key: "1", title: "1 process", procs: 1},
@@ -65,12 +78,16 @@ var fleetRows = []fleetRow{
 	{key: "20", title: "20 processes, store", procs: 20, store: true},
 	{key: "8-nostore", title: "8 processes, no store", procs: 8},
 	{key: "8-join", title: "8 processes joining 1 s apart, store", procs: 8, store: true, join: time.Second},
+	{key: "8-skew", title: "8 processes, store, clocks up to 6.5 s apart", procs: 8, store: true, skew: 500 * time.Millisecond},
 	{key: "8-kill", title: "8 processes, store; Redis killed at 2 s, restarted empty at 5 s", procs: 8, store: true,
 		kill: 2 * time.Second, restartAfter: 3 * time.Second},
 	{key: "1-nginx", title: "1 process, behind nginx", procs: 1, nginx: true},
 	{key: "8-nginx", title: "8 processes, store, behind nginx", procs: 8, store: true, nginx: true},
 	{key: "20-nginx", title: "20 processes, store, behind nginx", procs: 20, store: true, nginx: true},
 	{key: "8-nginx-nostore", title: "8 processes, no store, behind nginx", procs: 8, nginx: true},
+	{key: "1-haproxy", title: "1 process, behind HAProxy", procs: 1, haproxy: true},
+	{key: "8-haproxy", title: "8 processes, store, behind HAProxy", procs: 8, store: true, haproxy: true},
+	{key: "8-haproxy-nostore", title: "8 processes, no store, behind HAProxy", procs: 8, haproxy: true},
 	{key: "1-caps", title: "1 process, 4 at once per mailbox, capped", procs: 1, caps: true},
 	{key: "8-caps", title: "8 processes, store, 4 at once per mailbox, capped", procs: 8, store: true, caps: true},
 	{key: "8-caps-nostore", title: "8 processes, no store, 4 at once per mailbox, capped", procs: 8, caps: true},
@@ -155,6 +172,9 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 	case row.nginx:
 		cfg = throttletest.Config{}
 		res.limit = limitReqLimit(p)
+	case row.haproxy:
+		cfg = throttletest.Config{}
+		res.limit = realproxy.StickTableFloor(p.n, int(p.rate), time.Second)
 	case row.caps:
 		cfg = concurrencyConfig()
 		res.limit = concurrencyLimit(p.n)
@@ -162,8 +182,14 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 	srv := throttletest.NewServer(cfg)
 	defer srv.Close()
 	url := srv.URL
-	if row.nginx {
-		px, err := nginxProxy(http.StatusTooManyRequests, "3")(p, srv.URL)
+	if row.proxied() {
+		var px *realproxy.Proxy
+		var err error
+		if row.nginx {
+			px, err = nginxProxy(http.StatusTooManyRequests, "3")(p, srv.URL)
+		} else {
+			px, err = realproxy.StartHAProxy(realproxy.HAProxy{Origin: srv.URL, Limit: int(p.rate), RetryAfter: "3"})
+		}
 		if err != nil {
 			return res, err
 		}
@@ -197,6 +223,14 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 		}
 		if row.caps {
 			args = append(args, "-caps")
+		}
+		if row.skew != 0 {
+			// 0, +0.5 s, -1 s, +1.5 s, ...: neighbours disagree most.
+			off := time.Duration(k) * row.skew
+			if k%2 == 0 {
+				off = -off
+			}
+			args = append(args, "-skew", off.String())
 		}
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Stderr = os.Stderr
@@ -275,7 +309,7 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 		res.errored += r.Errored
 		res.leaked += r.Leaked
 		res.goroutines += r.Goroutines
-		if row.nginx {
+		if row.proxied() {
 			res.attempts += r.Attempts
 			res.throttled += r.Refused
 			res.early += r.Early
@@ -284,7 +318,7 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 			res.firstErr = r.FirstErr
 		}
 	}
-	if !row.nginx {
+	if !row.proxied() {
 		st := srv.Stats()
 		res.attempts, res.throttled, res.early = st.Attempts, st.Throttled, st.Early
 	}
@@ -390,6 +424,7 @@ func fleetWorker(args []string) error {
 	prefix := fs.String("prefix", redisstore.DefaultPrefix, "the store's key prefix")
 	timeout := fs.Duration("timeout", time.Minute, "cap on one request")
 	caps := fs.Bool("caps", false, "send to mailboxes, capped by graph.MailboxConcurrency")
+	skew := fs.Duration("skew", 0, "how far this process's clock is off, for its handler and its store")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -408,10 +443,17 @@ func fleetWorker(args []string) error {
 	if *addr != "" {
 		rdb = redis.NewClient(&redis.Options{Addr: *addr})
 		var err error
-		if store, err = redisstore.New(rdb, redisstore.WithPrefix(*prefix)); err != nil {
+		sopts := []redisstore.Option{redisstore.WithPrefix(*prefix)}
+		if *skew != 0 {
+			sopts = append(sopts, redisstore.WithClock(func() time.Time { return time.Now().Add(*skew) }))
+		}
+		if store, err = redisstore.New(rdb, sopts...); err != nil {
 			return err
 		}
 		opts.Queue.Store = store
+	}
+	if *skew != 0 {
+		opts.Clock = skewedClock{options.SystemClock(), *skew}
 	}
 	target := func(i int) (string, bool) { return item(*url, http.MethodGet, "users", i), true }
 	if *caps {
@@ -479,6 +521,15 @@ func fleetWorker(args []string) error {
 	return nil
 }
 
+// skewedClock is a system clock whose time is off by skew; its timers,
+// which count durations, are the system's.
+type skewedClock struct {
+	options.Clock
+	skew time.Duration
+}
+
+func (c skewedClock) Now() time.Time { return c.Clock.Now().Add(c.skew) }
+
 // quietRedis discards go-redis's log.
 type quietRedis struct{}
 
@@ -491,21 +542,22 @@ func writeFleetTable(w io.Writer, rs []fleetResult, p params) {
 		p.n, p.c, p.rate, p.burst)
 	fmt.Fprintf(w, "Physical limit: %s (behind nginx: %s, since limit_req admits burst + 1 at once). Each process has its own `middleware.NewRetryHandler` (default options; with the store, `Queue: options.QueueOptions{Store: store}` on `redisstore.New`). "+
 		"The rows behind nginx put Debian's nginx (`limit_req` at the same rate and burst, `nodelay`, keyed by the client's address, which every process shares on loopback, answering 429 with `Retry-After: 3`) in front of a server that throttles nothing; their attempts and 429s are counted in each process's transport. "+
+		"The rows behind HAProxy do the same with Debian's HAProxy (a stick-table sliding window of the same rate per second, refused requests counted, 429 with `Retry-After: 3`; physical limit %s). "+
 		"The capped rows send the same GETs to scenario (n)'s server instead (ten mailboxes, each serving 4 requests at once in %s, a fifth answered 429 with `Retry-After: 1`; physical limit %s), each process with `Queue.Concurrency: graph.MailboxConcurrency`.\n\n",
-		secs(perSecond(p.n, p.rate)), secs(limitReqLimit(p)), concurrencyServe, secs(concurrencyLimit(p.n)))
+		secs(perSecond(p.n, p.rate)), secs(limitReqLimit(p)), secs(realproxy.StickTableFloor(p.n, int(p.rate), time.Second)), concurrencyServe, secs(concurrencyLimit(p.n)))
 	fmt.Fprintln(w, "| fleet | wall over the physical limit | vs 1 process | attempts/req | vs 1 process | 429s | lost (failed + errors) | leaked bodies | leaked goroutines |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
 	// Each row is set against one process alone on the same server.
-	type server struct{ nginx, caps bool }
+	type server struct{ nginx, haproxy, caps bool }
 	alone := map[server]*fleetResult{}
 	for i := range rs {
 		if r := &rs[i]; r.row.procs == 1 && !r.row.store {
-			alone[server{r.row.nginx, r.row.caps}] = r
+			alone[server{r.row.nginx, r.row.haproxy, r.row.caps}] = r
 		}
 	}
 	for _, r := range rs {
 		vsWall, vsAtt := "", ""
-		if one := alone[server{r.row.nginx, r.row.caps}]; one != nil {
+		if one := alone[server{r.row.nginx, r.row.haproxy, r.row.caps}]; one != nil {
 			vsWall = fmt.Sprintf("%.2fx", r.wall.Seconds()/one.wall.Seconds())
 			vsAtt = fmt.Sprintf("%+.3f", r.attemptsPerRequest()-one.attemptsPerRequest())
 		}
