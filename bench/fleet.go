@@ -540,11 +540,26 @@ func (quietRedis) Printf(context.Context, string, ...interface{}) {}
 func writeFleetTable(w io.Writer, rs []fleetResult, p params) {
 	fmt.Fprintf(w, "\n### Fleet: %d GETs from %d workers shared by the processes, one token bucket %g/s burst %d, `Retry-After: 3`\n\n",
 		p.n, p.c, p.rate, p.burst)
-	fmt.Fprintf(w, "Physical limit: %s (behind nginx: %s, since limit_req admits burst + 1 at once). Each process has its own `middleware.NewRetryHandler` (default options; with the store, `Queue: options.QueueOptions{Store: store}` on `redisstore.New`). "+
-		"The rows behind nginx put Debian's nginx (`limit_req` at the same rate and burst, `nodelay`, keyed by the client's address, which every process shares on loopback, answering 429 with `Retry-After: 3`) in front of a server that throttles nothing; their attempts and 429s are counted in each process's transport. "+
-		"The rows behind HAProxy do the same with Debian's HAProxy (a stick-table sliding window of the same rate per second, refused requests counted, 429 with `Retry-After: 3`; physical limit %s). "+
-		"The capped rows send the same GETs to scenario (n)'s server instead (ten mailboxes, each serving 4 requests at once in %s, a fifth answered 429 with `Retry-After: 1`; physical limit %s), each process with `Queue.Concurrency: graph.MailboxConcurrency`.\n\n",
-		secs(perSecond(p.n, p.rate)), secs(limitReqLimit(p)), secs(realproxy.StickTableFloor(p.n, int(p.rate), time.Second)), concurrencyServe, secs(concurrencyLimit(p.n)))
+	// Only the servers the table's rows ran against are described.
+	var nginx, haproxy, capped bool
+	for _, r := range rs {
+		nginx, haproxy, capped = nginx || r.row.nginx, haproxy || r.row.haproxy, capped || r.row.caps
+	}
+	fmt.Fprintf(w, "Physical limit: %s. Each process has its own `middleware.NewRetryHandler` (default options; with the store, `Queue: options.QueueOptions{Store: store}` on `redisstore.New`).",
+		secs(perSecond(p.n, p.rate)))
+	if nginx {
+		fmt.Fprintf(w, " The rows behind nginx put Debian's nginx (`limit_req` at the same rate and burst, `nodelay`, keyed by the client's address, which every process shares on loopback, answering 429 with `Retry-After: 3`) in front of a server that throttles nothing; their attempts and 429s are counted in each process's transport; physical limit %s, since limit_req admits burst + 1 at once.",
+			secs(limitReqLimit(p)))
+	}
+	if haproxy {
+		fmt.Fprintf(w, " The rows behind HAProxy do the same with Debian's HAProxy (a stick-table sliding window of the same rate per second, refused requests counted, 429 with `Retry-After: 3`; physical limit %s).",
+			secs(realproxy.StickTableFloor(p.n, int(p.rate), time.Second)))
+	}
+	if capped {
+		fmt.Fprintf(w, " The capped rows send the same GETs to scenario (n)'s server instead (ten mailboxes, each serving 4 requests at once in %s, a fifth answered 429 with `Retry-After: 1`; physical limit %s), each process with `Queue.Concurrency: graph.MailboxConcurrency`.",
+			concurrencyServe, secs(concurrencyLimit(p.n)))
+	}
+	fmt.Fprint(w, "\n\n")
 	fmt.Fprintln(w, "| fleet | wall over the physical limit | vs 1 process | attempts/req | vs 1 process | 429s | lost (failed + errors) | leaked bodies | leaked goroutines |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
 	// Each row is set against one process alone on the same server.
