@@ -337,6 +337,9 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (thrott
 		// opted out), but its answer is the queue's to learn from.
 		pass = q.Bypass(sent)
 	}
+	if retry > 0 {
+		pass = pass.Retried()
+	}
 	r.waited += sent.Sub(now)
 	return pass, "", err
 }

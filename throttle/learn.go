@@ -104,7 +104,7 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 	n.seq = s.seq
 	n.named = n.named || !p.refused
 	n.pacer.throttled(p.Sent, now, end)
-	if p.budget == n && n.depth+1 < len(keys) {
+	if p.budget == n && n.depth+1 < len(keys) && !p.retry {
 		n.even.add(keys[n.depth+1], true, now)
 	}
 	q.judge(s, n, keys, now)
@@ -190,7 +190,7 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time) {
 		n.pacer.settle(1, p.Sent)
 	}
 	n.pacer.succeeded(p.Sent, now)
-	if p.budget == n && n.depth+1 < len(keys) {
+	if p.budget == n && n.depth+1 < len(keys) && !p.retry {
 		n.even.add(keys[n.depth+1], false, now)
 		q.judge(s, n, keys, now)
 	}
@@ -202,7 +202,8 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time) {
 // being theirs.
 func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 	hot, uneven := n.even.uneven()
-	if !uneven {
+	if !uneven || len(hot) == 0 {
+		// Nothing to cut out: n's pace stands.
 		return
 	}
 	for _, k := range hot {

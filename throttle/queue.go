@@ -104,10 +104,25 @@ type Pass struct {
 	// slot is the concurrency cap's slot it holds until its answer comes;
 	// nil when uncapped.
 	slot *capSlot
+	// retry is set by Retried: the attempt is a retry, which exists
+	// because an earlier one was throttled or failed.
+	retry bool
 	// overran is set by Report for a throttled attempt that falls under
 	// a cap whose counts missed requests out with it: its throttle is the
 	// cap's (caps.go).
 	overran bool
+}
+
+// Retried returns p marked as the pass of a retry. Whether a budget's
+// throttles fall alike on its children is judged from first attempts
+// only: a retry exists because its request was throttled, so counting
+// retries would tally most for the children throttled before, and with
+// one id per request the fresh ids would look as if they escaped a
+// budget they share (behind HAProxy's sliding window, whose refusals
+// count, this split a host's one budget six times in one run).
+func (p Pass) Retried() Pass {
+	p.retry = true
+	return p
 }
 
 // Outcome is what an attempt's answer says about throttling.

@@ -47,6 +47,11 @@ const (
 	// (0.2² = 0.04 by chance) still make a budget, as the seed's 5-n rule
 	// has it for the items of a folder.
 	overrunChance = 0.05
+	// hotThrottles is how many of a child's first attempts must be
+	// throttled for it to be cut out of its budget as one of its own: a
+	// single throttle is any child's luck under a shared budget, and with
+	// one id per request every throttled id would be "hot".
+	hotThrottles = 2
 	// maxKids bounds the children whose traffic a budget tallies one by
 	// one; children with little traffic are folded into one tally.
 	maxKids = 32
@@ -245,7 +250,7 @@ func (e *evenness) uneven() ([]string, bool) {
 		if escaped(*t) {
 			found = true
 		}
-		if t.throttled > 0 {
+		if t.throttled >= hotThrottles {
 			hot = append(hot, k)
 		}
 	}

@@ -2,7 +2,9 @@ package throttle
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -178,12 +180,14 @@ func TestEvenness(t *testing.T) {
 		name   string
 		kids   map[string]tally
 		uneven bool
+		hot    []string // the children cut out when uneven
 	}{
-		{"alike", map[string]tally{"a": {100, 10}, "b": {100, 9}, "c": {50, 6}}, false},
-		{"a busy child never throttled", map[string]tally{"a": {100, 40}, "b": {100, 0}}, true},
-		{"too little traffic to tell", map[string]tally{"a": {10, 4}, "b": {3, 0}}, false},
-		{"far fewer than its share", map[string]tally{"a": {400, 200}, "b": {400, 20}}, true},
-		{"one child: nothing to compare", map[string]tally{"a": {400, 200}}, false},
+		{"alike", map[string]tally{"a": {100, 10}, "b": {100, 9}, "c": {50, 6}}, false, nil},
+		{"a busy child never throttled", map[string]tally{"a": {100, 40}, "b": {100, 0}}, true, []string{"a"}},
+		{"too little traffic to tell", map[string]tally{"a": {10, 4}, "b": {3, 0}}, false, nil},
+		{"far fewer than its share", map[string]tally{"a": {400, 200}, "b": {400, 20}}, true, []string{"a", "b"}},
+		{"one child: nothing to compare", map[string]tally{"a": {400, 200}}, false, nil},
+		{"a child throttled once is luck, not a budget", map[string]tally{"a": {1, 1}, "b": {100, 0}, "c": {100, 0}}, false, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -193,10 +197,79 @@ func TestEvenness(t *testing.T) {
 					e.add(k, i < c.throttled, t0)
 				}
 			}
-			_, uneven := e.uneven()
-			assert.Equal(t, tt.uneven, uneven)
+			hot, uneven := e.uneven()
+			if uneven {
+				slices.Sort(hot)
+				assert.Equal(t, tt.hot, hot)
+			} else {
+				assert.Equal(t, tt.uneven, uneven)
+			}
+			assert.Equal(t, tt.uneven, uneven && len(hot) > 0)
 		})
 	}
+}
+
+// TestOneIdPerRequestDoesNotSplit: with one id per request no id can
+// show a budget of its own, yet the evenness test read one. The ids it
+// tallies one by one are the latest, on which a window's throttles
+// cluster (a limiter that counts its refusals refuses everything for a
+// while), and every id throttled once was "hot": the budget was split and
+// its pace restarted at nothing, six times in one run behind HAProxy. A
+// child must now be throttled on two first attempts to be cut out.
+func TestOneIdPerRequestDoesNotSplit(t *testing.T) {
+	clk := clocktest.New(t0)
+	q := New(clk, options.QueueOptions{})
+	st := q.state("graph.test", true, time.Time{})
+	st.mu.Lock()
+	st.activate()
+	users := st.node("users", 1)
+	users.share(t0, q.newPacer)
+	users.lastEnd = t0.Add(time.Hour)
+	st.mu.Unlock()
+	for round := range 3 {
+		for i := range 100 {
+			clk.Advance(time.Millisecond)
+			o := Succeeded
+			if i >= 92 {
+				o = Throttled // the window full at the end of each round
+			}
+			req := get(t, fmt.Sprintf("%s/v1.0/users/%d", graph, 100*round+i), "")
+			st.mu.Lock()
+			users.inflight++ // as the budget's pacer released it
+			st.mu.Unlock()
+			q.Report(req, Pass{Sent: clk.Now().Add(-time.Millisecond), host: st, budget: users}, o, time.Second, nil, clk.Now)
+		}
+		clk.Advance(time.Second)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for key, n := range st.nodes {
+		assert.False(t, n.carved, "%s cut out of the budget", key)
+	}
+	assert.Same(t, users, q.budgetOf(st, targetOf(t, graph+"/v1.0/users/7").keys(), clk.Now()))
+}
+
+// TestRetriesAreNotTallied: a retry exists because its request was
+// throttled, so its answer would tally most for the children throttled
+// before; the evenness test counts first attempts only.
+func TestRetriesAreNotTallied(t *testing.T) {
+	clk := clocktest.New(t0)
+	q := New(clk, options.QueueOptions{})
+	st := q.state("graph.test", true, time.Time{})
+	st.mu.Lock()
+	st.activate()
+	users := st.node("users", 1)
+	users.share(t0, q.newPacer)
+	users.lastEnd = t0.Add(time.Hour)
+	users.inflight = 2
+	st.mu.Unlock()
+	req := get(t, graph+"/v1.0/users/7", "")
+	first := Pass{Sent: t0, host: st, budget: users}
+	q.Report(req, first, Succeeded, 0, nil, clk.Now)
+	q.Report(req, first.Retried(), Throttled, time.Second, nil, clk.Now)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	assert.Equal(t, tally{sent: 1}, users.even.all, "the first attempt only")
 }
 
 // TestUnevenBudgetSplit checks that a budget whose throttles fall on some
