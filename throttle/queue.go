@@ -143,12 +143,15 @@ const (
 )
 
 // Admit waits until an attempt of req may be sent: not before notBefore,
-// not while the server's word holds its URL or path, and in FIFO order at
-// its budget's pace while that budget recovers. A hold that would pass
+// not while the server's word holds its URL or path, in FIFO order at
+// its budget's pace while that budget recovers, and, under a concurrency
+// cap (options.QueueOptions.Concurrency), once one of the cap's slots is
+// free, which the pass holds until Report. A hold that would pass
 // deadline (zero: none; the caller includes the context's deadline, in
-// the queue's clock) is not made: Admit returns a *HoldError (ErrHoldTooLong) at once, saying until when,
-// and the caller decides. Admit returns the context's error if it ends
-// first. obs, when not nil, hears when the request is held and released.
+// the queue's clock) is not made: Admit returns a *HoldError
+// (ErrHoldTooLong), saying until when, and the caller decides. Admit
+// returns the context's error if it ends first. obs, when not nil, hears
+// when the request is held and released.
 // A request to a host that was never throttled, here or (with a store)
 // anywhere in the fleet, takes no lock and makes no round trip.
 func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadline time.Time, obs Observer) (Pass, error) {
