@@ -217,15 +217,7 @@ func TestEvenness(t *testing.T) {
 // its pace restarted at nothing, six times in one run behind HAProxy. A
 // child must now be throttled on two first attempts to be cut out.
 func TestOneIdPerRequestDoesNotSplit(t *testing.T) {
-	clk := clocktest.New(t0)
-	q := New(clk, options.QueueOptions{})
-	st := q.state("graph.test", true, time.Time{})
-	st.mu.Lock()
-	st.activate()
-	users := st.node("users", 1)
-	users.share(t0, q.newPacer)
-	users.lastEnd = t0.Add(time.Hour)
-	st.mu.Unlock()
+	q, clk, st, users := usersBudget()
 	for round := range 3 {
 		for i := range 100 {
 			clk.Advance(time.Millisecond)
@@ -249,18 +241,27 @@ func TestOneIdPerRequestDoesNotSplit(t *testing.T) {
 	assert.Same(t, users, q.budgetOf(st, targetOf(t, graph+"/v1.0/users/7").keys(), clk.Now()))
 }
 
-// TestRetriesAreNotTallied: a retry exists because its request was
-// throttled, so its answer would tally most for the children throttled
-// before; the evenness test counts first attempts only.
-func TestRetriesAreNotTallied(t *testing.T) {
+// usersBudget returns a queue on a fake clock whose host graph.test has
+// one budget, /v1.0/users, pacing for the next hour.
+func usersBudget() (*Queue, *clocktest.Clock, *hostState, *node) {
 	clk := clocktest.New(t0)
 	q := New(clk, options.QueueOptions{})
 	st := q.state("graph.test", true, time.Time{})
 	st.mu.Lock()
+	defer st.mu.Unlock()
 	st.activate()
 	users := st.node("users", 1)
 	users.share(t0, q.newPacer)
 	users.lastEnd = t0.Add(time.Hour)
+	return q, clk, st, users
+}
+
+// TestRetriesAreNotTallied: a retry exists because its request was
+// throttled, so its answer would tally most for the children throttled
+// before; the evenness test counts first attempts only.
+func TestRetriesAreNotTallied(t *testing.T) {
+	q, clk, st, users := usersBudget()
+	st.mu.Lock()
 	users.inflight = 2
 	st.mu.Unlock()
 	req := get(t, graph+"/v1.0/users/7", "")
