@@ -64,12 +64,14 @@ func ExampleNewClient() {
 	// GET /v1.0/me: 2 attempts, 1 answered 503
 }
 
-// A Graph client that keeps Outlook's 4 concurrent requests per mailbox
-// once Graph has throttled it (with a redisstore.Store as Queue.Store, across
-// the fleet), and the caps it reads from three requests' URLs.
+// The caps of Outlook's 4 concurrent requests per mailbox that a Graph
+// client keeps once Graph has throttled it (graph.NewClient sets
+// MailboxConcurrency unless the retry options name a cap; with a
+// redisstore.Store as Queue.Store it is kept across the fleet), read from
+// three requests' URLs.
 func ExampleMailboxConcurrency() {
 	client, err := graph.NewClient(pipeline.WithRetryOptions(options.RetryHandlerOptions{
-		Queue: options.QueueOptions{Concurrency: graph.MailboxConcurrency},
+		Queue: options.QueueOptions{Concurrency: graph.MailboxConcurrency}, // NewClient's default
 	}))
 	if err != nil {
 		fmt.Println(err)

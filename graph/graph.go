@@ -20,6 +20,7 @@ import (
 	nethttplibrary "github.com/microsoft/kiota-http-go"
 	msgraphgocore "github.com/microsoftgraph/msgraph-sdk-go-core"
 
+	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/pipeline"
 )
 
@@ -34,12 +35,28 @@ import (
 //     name decoding, user agent, compression and headers inspection
 //     handlers, as pipeline.Middlewares orders them.
 //
+// The retry handler it builds keeps Outlook's concurrency cap
+// (MailboxConcurrency) unless the retry options name a cap of their own in
+// options.QueueOptions.Concurrency; options.NoConcurrency turns it off. A
+// handler given with pipeline.WithRetryHandler is used as it is.
+//
 // opts configure it as they do pipeline.NewClient (WithClientOptions sets
 // the telemetry's library version); it returns the same errors, a second
 // retry handler among them. pipeline.WithOuterMiddlewares replaces the
 // Graph handlers: include Middlewares(o) in its list to keep them.
 func NewClient(opts ...pipeline.Option) (*http.Client, error) {
-	return pipeline.NewClient(append([]pipeline.Option{WithClientOptions(msgraphgocore.GraphClientOptions{})}, opts...)...)
+	return pipeline.NewClient(append([]pipeline.Option{
+		WithClientOptions(msgraphgocore.GraphClientOptions{}),
+		pipeline.WithRetryDefaults(graphDefaults),
+	}, opts...)...)
+}
+
+// graphDefaults fills the retry options NewClient builds its handler from
+// with what Microsoft Graph's documented limits call for.
+func graphDefaults(o *options.RetryHandlerOptions) {
+	if o.Queue.Concurrency == nil {
+		o.Queue.Concurrency = MailboxConcurrency
+	}
 }
 
 // Middlewares returns the handlers NewClient places before the retry

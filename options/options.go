@@ -242,9 +242,15 @@ type QueueOptions struct {
 	// none. Caps hold only requests to a host that was throttled, here or
 	// (with a Store) anywhere in the fleet, as every other hold does; with
 	// a Store that implements SlotStore a cap is kept fleet-wide. nil: no
-	// caps. Handler-wide: ignored on per-request options.
+	// caps (graph.NewClient sets graph.MailboxConcurrency; NoConcurrency
+	// turns that off). Handler-wide: ignored on per-request options.
 	Concurrency func(req *http.Request) (key string, limit int)
 }
+
+// NoConcurrency is a QueueOptions.Concurrency that caps no request, for a
+// client whose builder sets a cap by default (graph.NewClient) when the
+// server's concurrency limits are known not to apply.
+func NoConcurrency(*http.Request) (key string, limit int) { return "", 0 }
 
 // BatchOptions configures the completion of JSON batches: a POST to
 // {service root}/$batch (as Microsoft Graph serves it) answered 200 with

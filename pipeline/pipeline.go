@@ -50,6 +50,7 @@ type Option func(*config) error
 type config struct {
 	retryOpts    options.RetryHandlerOptions
 	retryOptsSet bool
+	retryFills   []func(*options.RetryHandlerOptions)
 	retry        *middleware.RetryHandler
 	transport    http.RoundTripper
 	timeout      time.Duration
@@ -66,6 +67,23 @@ var ErrConflict = errors.New("conflicting pipeline options")
 // It cannot be combined with WithRetryHandler, whose handler has its own.
 func WithRetryOptions(o options.RetryHandlerOptions) Option {
 	return func(c *config) error { c.retryOpts, c.retryOptsSet = o, true; return nil }
+}
+
+// WithRetryDefaults has fill set defaults of its own in the options the
+// client builds its retry handler from (WithRetryOptions's, or the zero
+// value), after every option is applied, so that a library building on
+// this package (graph.NewClient) sets defaults that its users' options
+// keep unless they set the field themselves. fill should set only fields
+// left at their zero value. Fills run in the order given; a handler given
+// with WithRetryHandler is used as it is.
+func WithRetryDefaults(fill func(*options.RetryHandlerOptions)) Option {
+	return func(c *config) error {
+		if fill == nil {
+			return errors.New("pipeline.WithRetryDefaults: fill is nil")
+		}
+		c.retryFills = append(c.retryFills, fill)
+		return nil
+	}
 }
 
 // WithRetryHandler uses h instead of building a handler, so that several
@@ -158,6 +176,9 @@ func newConfig(opts []Option) (*config, error) {
 		return nil, fmt.Errorf("%w: pipeline: both WithRetryOptions and WithRetryHandler given; the handler's own options would silently win (pass the options to middleware.NewRetryHandler instead)", ErrConflict)
 	}
 	if c.retry == nil {
+		for _, fill := range c.retryFills {
+			fill(&c.retryOpts)
+		}
 		h, err := middleware.NewRetryHandler(c.retryOpts)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline: %w", err)

@@ -175,6 +175,8 @@ func TestNewClient_RejectsBadOptions(t *testing.T) {
 		{"nil handler", pipeline.WithRetryHandler(nil), "handler is nil"},
 		{"nil transport", pipeline.WithTransport(nil), "transport is nil"},
 		{"negative timeout", pipeline.WithTimeout(-time.Second), "timeout = -1s"},
+		{"nil retry defaults", pipeline.WithRetryDefaults(nil), "fill is nil"},
+		{"retry defaults set badly", pipeline.WithRetryDefaults(func(o *options.RetryHandlerOptions) { o.MaxDelay = -time.Second }), "MaxDelay = -1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,6 +184,44 @@ func TestNewClient_RejectsBadOptions(t *testing.T) {
 			assert.Nil(t, c)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+// TestNewClient_RetryDefaults checks that defaults fill the options the
+// handler is built from after every option, in order, and leave a handler
+// given whole alone.
+func TestNewClient_RetryDefaults(t *testing.T) {
+	given, err := middleware.NewRetryHandler(options.RetryHandlerOptions{})
+	require.NoError(t, err)
+	tests := []struct {
+		name string
+		opts func(record func(string) pipeline.Option) []pipeline.Option
+		want []string // what each fill saw in MaxRetries, in order
+	}{
+		{"no options", func(record func(string) pipeline.Option) []pipeline.Option {
+			return []pipeline.Option{record("a"), record("b")}
+		}, []string{"a:0", "b:1"}},
+		{"after the options that follow", func(record func(string) pipeline.Option) []pipeline.Option {
+			return []pipeline.Option{record("a"), pipeline.WithRetryOptions(options.RetryHandlerOptions{MaxRetries: 5})}
+		}, []string{"a:5"}},
+		{"a handler given whole", func(record func(string) pipeline.Option) []pipeline.Option {
+			return []pipeline.Option{record("a"), pipeline.WithRetryHandler(given)}
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var saw []string
+			record := func(name string) pipeline.Option {
+				return pipeline.WithRetryDefaults(func(o *options.RetryHandlerOptions) {
+					saw = append(saw, name+":"+strconv.Itoa(o.MaxRetries))
+					o.MaxRetries++
+				})
+			}
+			c, err := pipeline.NewClient(tt.opts(record)...)
+			require.NoError(t, err)
+			assert.NotNil(t, c)
+			assert.Equal(t, tt.want, saw)
 		})
 	}
 }
