@@ -63,6 +63,10 @@ type fleetRow struct {
 	// (ten mailboxes serving 4 requests at once), each process capping
 	// them with graph.MailboxConcurrency.
 	caps bool
+	// announce has the bucket announce its budget on every answer in the
+	// current draft's RateLimit-Policy and RateLimit fields, as scenario
+	// (j) does.
+	announce bool
 }
 
 // proxied reports whether a real limiter stands before the server, which
@@ -91,6 +95,9 @@ var fleetRows = []fleetRow{
 	{key: "1-caps", title: "1 process, 4 at once per mailbox, capped", procs: 1, caps: true},
 	{key: "8-caps", title: "8 processes, store, 4 at once per mailbox, capped", procs: 8, store: true, caps: true},
 	{key: "8-caps-nostore", title: "8 processes, no store, 4 at once per mailbox, capped", procs: 8, caps: true},
+	{key: "1-announce", title: "1 process, the bucket announcing RateLimit", procs: 1, announce: true},
+	{key: "8-announce", title: "8 processes, store, the bucket announcing RateLimit", procs: 8, store: true, announce: true},
+	{key: "8-announce-nostore", title: "8 processes, no store, the bucket announcing RateLimit", procs: 8, announce: true},
 }
 
 // fleetResult is what one row's fleet did.
@@ -178,6 +185,8 @@ func runFleetRow(row fleetRow, p params, rs *redisserver.Server, prefix string) 
 	case row.caps:
 		cfg = concurrencyConfig()
 		res.limit = concurrencyLimit(p.n)
+	case row.announce:
+		cfg.Rules[0].Announce = orPanic(throttletest.CurrentDraft("default"))
 	}
 	srv := throttletest.NewServer(cfg)
 	defer srv.Close()
@@ -541,9 +550,10 @@ func writeFleetTable(w io.Writer, rs []fleetResult, p params) {
 	fmt.Fprintf(w, "\n### Fleet: %d GETs from %d workers shared by the processes, one token bucket %g/s burst %d, `Retry-After: 3`\n\n",
 		p.n, p.c, p.rate, p.burst)
 	// Only the servers the table's rows ran against are described.
-	var nginx, haproxy, capped bool
+	var nginx, haproxy, capped, announced bool
 	for _, r := range rs {
 		nginx, haproxy, capped = nginx || r.row.nginx, haproxy || r.row.haproxy, capped || r.row.caps
+		announced = announced || r.row.announce
 	}
 	fmt.Fprintf(w, "Physical limit: %s. Each process has its own `middleware.NewRetryHandler` (default options; with the store, `Queue: options.QueueOptions{Store: store}` on `redisstore.New`).",
 		secs(perSecond(p.n, p.rate)))
@@ -559,20 +569,23 @@ func writeFleetTable(w io.Writer, rs []fleetResult, p params) {
 		fmt.Fprintf(w, " The capped rows send the same GETs to scenario (n)'s server instead (ten mailboxes, each serving 4 requests at once in %s, a fifth answered 429 with `Retry-After: 1`; physical limit %s), each process with `Queue.Concurrency: graph.MailboxConcurrency`.",
 			concurrencyServe, secs(concurrencyLimit(p.n)))
 	}
+	if announced {
+		fmt.Fprint(w, " In the announcing rows the bucket also sends `RateLimit-Policy: \"default\";q=<burst>;w=<burst/rate>` and `RateLimit: \"default\";r=<tokens>;t=<until full>` on every answer, as scenario (j) does.")
+	}
 	fmt.Fprint(w, "\n\n")
 	fmt.Fprintln(w, "| fleet | wall over the physical limit | vs 1 process | attempts/req | vs 1 process | 429s | lost (failed + errors) | leaked bodies | leaked goroutines |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|")
 	// Each row is set against one process alone on the same server.
-	type server struct{ nginx, haproxy, caps bool }
+	type server struct{ nginx, haproxy, caps, announce bool }
 	alone := map[server]*fleetResult{}
 	for i := range rs {
 		if r := &rs[i]; r.row.procs == 1 && !r.row.store {
-			alone[server{r.row.nginx, r.row.haproxy, r.row.caps}] = r
+			alone[server{r.row.nginx, r.row.haproxy, r.row.caps, r.row.announce}] = r
 		}
 	}
 	for _, r := range rs {
 		vsWall, vsAtt := "", ""
-		if one := alone[server{r.row.nginx, r.row.haproxy, r.row.caps}]; one != nil {
+		if one := alone[server{r.row.nginx, r.row.haproxy, r.row.caps, r.row.announce}]; one != nil {
 			vsWall = fmt.Sprintf("%.2fx", r.wall.Seconds()/one.wall.Seconds())
 			vsAtt = fmt.Sprintf("%+.3f", r.attemptsPerRequest()-one.attemptsPerRequest())
 		}
