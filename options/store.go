@@ -36,6 +36,12 @@ type Store interface {
 	// the reservation says so (Reservation.Fitted). A slot further than
 	// max is not taken: Reservation.OK is false.
 	Reserve(ctx context.Context, host, budget string, p Pace, max time.Duration) (Reservation, error)
+	// Announce shares what the server announced of budget: remaining
+	// requests until reset (on this process's clock). The queue calls it
+	// when an answer announces the budget spent, at most once a second per
+	// budget, so that a process that joins later knows the budget is spent
+	// until its reset.
+	Announce(ctx context.Context, host, budget string, remaining int, reset time.Time) error
 	// Throttled records that a request of budget that took a slot of the
 	// fleet's schedule was throttled: sent ago before now, with the
 	// server asking for retryAfter (zero: none named). The schedule fits

@@ -63,6 +63,35 @@ func TestQueuesShareThroughRedis(t *testing.T) {
 	}
 }
 
+// A budget one process's answer announced as spent reaches the fleet: the
+// others learn the host is throttled, and its state says until when the
+// budget is spent.
+func TestQueuesShareASpentBudget(t *testing.T) {
+	srv := newServer(t)
+	a := newStore(t, srv)
+	b := newStore(t, srv, WithPrefix(a.cfg.prefix))
+	clock := options.SystemClock()
+	qa := throttle.New(clock, options.QueueOptions{Store: a})
+	qb := throttle.New(clock, options.QueueOptions{Store: b})
+	req, err := http.NewRequest(http.MethodGet, "https://graph.microsoft.com/v1.0/users/1", nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	p, err := qa.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+	require.NoError(t, err)
+	h := http.Header{}
+	h.Set("RateLimit-Policy", `"default";q=40;w=1`)
+	h.Set("RateLimit", `"default";r=0;t=5`)
+	qa.Report(req, p, throttle.Succeeded, 0, h, clock.Now)
+
+	require.Eventually(t, func() bool { return qb.Active(req) }, 5*time.Second, time.Millisecond)
+	st, err := b.State(ctx, "graph.microsoft.com")
+	require.NoError(t, err)
+	require.Contains(t, st.Announced, "", "the host's budget")
+	assert.Zero(t, st.Announced[""].Remaining)
+	assert.WithinDuration(t, time.Now().Add(5*time.Second), st.Announced[""].Reset, time.Second)
+}
+
 // The user's code: a store in the handler's options.
 func TestHandlerTakesTheStore(t *testing.T) {
 	store := newStore(t, shared)

@@ -15,6 +15,9 @@ type announced struct {
 	// remainder announced, less the requests in flight when it came (the
 	// server may not have counted them yet) and those released since.
 	left float64
+	// told is when this process last told the fleet the budget was
+	// spent (Store.Announce); zero: never.
+	told time.Time
 }
 
 // refresh takes b, announced at now in the answer to a request sent at

@@ -105,13 +105,15 @@
 //  10. A fleet (options.QueueOptions.Store, store.go): processes that share
 //     budgets share what they learn. A throttle of a host is told to the
 //     store (the server's own hold of a path with SetHold, else MarkActive
-//     once a minute), which tells every process within a round trip. A
-//     process with no throttle of its own for a host the fleet holds reads
-//     the fleet's state once (State, at most once a second; requests that
-//     come during that round trip wait for its answer): the holds become
-//     its held paths and URLs, each budget's pace (one process's) a budget
-//     paced at it, which its own answers tune from then on. A request
-//     a budget's pacer releases takes its slot in the budget's fleet-wide
+//     once a minute), which tells every process within a round trip; so is
+//     a budget an answer announces as spent (MarkActive, and Announce with
+//     its reset at most once a second). A process with no throttle of its
+//     own for a host the fleet holds reads the fleet's state once (State,
+//     at most once a second; requests that come during that round trip
+//     wait for its answer): the holds become its held paths and URLs, each
+//     budget's pace (one process's) a budget paced at it, and each budget
+//     announced spent a budget, which its own answers tune from then on. A
+//     request a budget's pacer releases takes its slot in the budget's fleet-wide
 //     schedule (Reserve, one round trip), which sees every release of the
 //     fleet. From its first release it searches for the budget's rate as one
 //     process's pacer does, for the whole fleet: from the sum of where the

@@ -284,7 +284,9 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		s.activate()
 	}
 	if announces {
-		q.announce(s, t, b, p, now)
+		if n := q.announce(s, t, b, p, now); n != nil {
+			q.spentNote(&note, s, n, b, now)
+		}
 	}
 	if o == Throttled && p.refused {
 		if n := q.budgetOf(s, t.keys(), now); n != nil && n.named {
@@ -331,9 +333,11 @@ var parseBudget = ratelimit.Parse
 // lower: most servers announce one budget per client. A budget the server
 // says is spent is the news a throttle brings, before it costs one: the
 // budget's pacer learns from it as from a throttle, and nothing is held.
-func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, now time.Time) {
+// It returns that budget when b is spent, for the fleet to learn; nil
+// otherwise.
+func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, now time.Time) *node {
 	if s.nodes == nil && !b.NearlySpent() {
-		return // room enough: nothing to follow
+		return nil // room enough: nothing to follow
 	}
 	s.activate()
 	keys := t.keys()
@@ -342,13 +346,13 @@ func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, no
 		n = s.node("", 0)
 	}
 	if !n.budget.live(now, q.recovery) && !b.NearlySpent() {
-		return
+		return nil
 	}
 	s.seq++
 	n.seq = s.seq
 	n.budget.refresh(b, p.Sent, now, n.inflight)
 	if !b.Spent() {
-		return
+		return nil
 	}
 	q.share(s, n, now)
 	n.lastEnd = later(n.lastEnd, now)
@@ -358,6 +362,7 @@ func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, no
 		n.pacer.throttled(p.Sent, now, now)
 	}
 	q.prune(s, now)
+	return n
 }
 
 // ErrHoldTooLong is wrapped by the *HoldError Admit returns, at once, when the throttles the

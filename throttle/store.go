@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kiota-resilience/kiota-resilience-go/internal/ratelimit"
 	"github.com/kiota-resilience/kiota-resilience-go/internal/wait"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
@@ -48,6 +49,11 @@ const (
 	// timeout. Two keep a slot always being asked for, while the other's
 	// answer travels.
 	maxReserving = 2
+	// announceEvery is how often at most a process tells the fleet that a
+	// budget the server announced is spent. A paced budget is announced
+	// spent on many of its answers; what a process joining later needs is
+	// that it is spent and until when, which changes once a window.
+	announceEvery = time.Second
 )
 
 // fleetHost is what the queue remembers of its exchanges with the store
@@ -159,15 +165,28 @@ func (q *Queue) adopt(s *hostState, st options.FleetState, now time.Time) {
 		e.end, e.named, e.seq = later(e.end, until), later(e.named, until), s.seq
 		s.lastEnd = later(s.lastEnd, until)
 	}
+	for budget, a := range st.Announced {
+		if !a.Reset.After(now) {
+			continue
+		}
+		// A budget the fleet saw spent is a budget here too, before this
+		// process's own answers say so: they are counted to it and tune
+		// its pacer (a pace the fleet shares sets it below). The count
+		// itself gates nothing, as for an answer read here.
+		n := s.node(budget, budgetDepth(budget))
+		s.seq++
+		n.seq = s.seq
+		n.budget.refresh(ratelimit.Budget{Remaining: float64(a.Remaining), HasRemaining: true, Reset: a.Reset}, now, now, 0)
+		if a.Remaining < 1 {
+			n.share(now, q.newPacer)
+			n.lastEnd = later(n.lastEnd, now)
+		}
+	}
 	for budget, p := range st.Paces {
 		if p.Rate <= 0 || math.IsInf(p.Rate, 0) || math.IsNaN(p.Rate) {
 			continue
 		}
-		depth := 0
-		if budget != "" {
-			depth = strings.Count(budget, "/") + 1
-		}
-		n := s.node(budget, depth)
+		n := s.node(budget, budgetDepth(budget))
 		s.seq++
 		n.seq = s.seq
 		n.share(now, q.newPacer)
@@ -177,6 +196,15 @@ func (q *Queue) adopt(s *hostState, st options.FleetState, now time.Time) {
 		}
 	}
 	q.prune(s, now)
+}
+
+// budgetDepth is the depth in the host's tree of the node a fleet's
+// budget key names: "" is the host's.
+func budgetDepth(budget string) int {
+	if budget == "" {
+		return 0
+	}
+	return strings.Count(budget, "/") + 1
 }
 
 // follow starts a pacer at rate, the pace one process of the fleet
@@ -276,6 +304,27 @@ type fleetNote struct {
 	// retryAfter; empty when no schedule did.
 	budget          string
 	ago, retryAfter time.Duration
+	// spent is set when the answer announced budget spentBudget as spent
+	// until reset, for the fleet to share, and this process last told it
+	// announceEvery ago or more.
+	spent       bool
+	spentBudget string
+	reset       time.Time
+}
+
+// spentNote has note tell the fleet that the answer announced budget n,
+// which b describes, as spent at now: the host is throttled for the fleet
+// as after a 429, and the budget spent until its reset. The caller holds
+// s's lock.
+func (q *Queue) spentNote(note *fleetNote, s *hostState, n *node, b ratelimit.Budget, now time.Time) {
+	if q.store == nil {
+		return
+	}
+	note.s, note.throttled = s, true
+	if b.Reset.After(now) && now.Sub(n.budget.told) >= announceEvery {
+		n.budget.told = now
+		note.spent, note.spentBudget, note.reset = true, n.key, b.Reset
+	}
 }
 
 // tell sends what an answer told the fleet: a hold the server named, or
@@ -290,6 +339,9 @@ func (q *Queue) tell(n *fleetNote) {
 	now := q.clock.Now()
 	if n.budget != "" {
 		_ = q.store.Throttled(ctx, n.host, n.budget, n.ago, n.retryAfter)
+	}
+	if n.spent {
+		_ = q.store.Announce(ctx, n.host, n.spentBudget, 0, n.reset)
 	}
 	if n.hold != "" && n.until.After(now) {
 		n.s.fleet.marked.Store(now.UnixNano())

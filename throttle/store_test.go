@@ -24,14 +24,16 @@ type memStore struct {
 	now  func() time.Time
 	fail bool // every call that would reach Redis fails
 
-	mu       sync.Mutex
-	active   map[string]bool
-	holds    map[string]map[string]time.Time
-	paces    map[string]options.Pace
-	shares   map[string]map[*Queue]float64
-	tat      map[string]time.Time
-	calls    map[string]int
-	reserved []time.Duration // the waits Reserve answered
+	mu     sync.Mutex
+	active map[string]bool
+	holds  map[string]map[string]time.Time
+	paces  map[string]options.Pace
+	// announced maps a host and a budget to what was announced of it.
+	announced map[string]map[string]options.Announcement
+	shares    map[string]map[*Queue]float64
+	tat       map[string]time.Time
+	calls     map[string]int
+	reserved  []time.Duration // the waits Reserve answered
 	// fitted names the budgets whose schedule runs at a fitted rate,
 	// and its interval.
 	fitted    map[string]time.Duration
@@ -46,7 +48,7 @@ type fleetThrottle struct {
 func newMemStore(now func() time.Time) *memStore {
 	return &memStore{now: now, active: map[string]bool{}, holds: map[string]map[string]time.Time{},
 		paces: map[string]options.Pace{}, shares: map[string]map[*Queue]float64{}, tat: map[string]time.Time{}, calls: map[string]int{},
-		fitted: map[string]time.Duration{}}
+		fitted: map[string]time.Duration{}, announced: map[string]map[string]options.Announcement{}}
 }
 
 var errStoreDown = errors.New("store down")
@@ -96,9 +98,12 @@ func (m *memStore) State(_ context.Context, host string) (options.FleetState, er
 	if err := m.call("state"); err != nil {
 		return options.FleetState{}, err
 	}
-	st := options.FleetState{Holds: map[string]time.Time{}, Paces: map[string]options.Pace{}}
+	st := options.FleetState{Holds: map[string]time.Time{}, Paces: map[string]options.Pace{}, Announced: map[string]options.Announcement{}}
 	for k, v := range m.holds[host] {
 		st.Holds[k] = v
+	}
+	for k, v := range m.announced[host] {
+		st.Announced[k] = v
 	}
 	for k, v := range m.paces {
 		st.Paces[k] = v
@@ -137,6 +142,19 @@ func (m *memStore) Reserve(ctx context.Context, host, budget string, p options.P
 	m.tat[key] = tat
 	m.reserved = append(m.reserved, wait)
 	return options.Reservation{Wait: wait, OK: true, Fitted: fitted}, nil
+}
+
+func (m *memStore) Announce(_ context.Context, host, budget string, remaining int, reset time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.call("announce"); err != nil {
+		return err
+	}
+	if m.announced[host] == nil {
+		m.announced[host] = map[string]options.Announcement{}
+	}
+	m.announced[host][budget] = options.Announcement{Remaining: remaining, Reset: reset}
+	return nil
 }
 
 func (m *memStore) Throttled(_ context.Context, _, budget string, ago, retryAfter time.Duration) error {
@@ -240,6 +258,53 @@ func TestStoreJoinerFollowsTheFleetsPace(t *testing.T) {
 	n := s.nodes["users"]
 	require.NotNil(t, n)
 	assert.True(t, n.shared)
+}
+
+// A budget an answer announces as spent is the news a throttle brings: the
+// fleet learns the host is throttled and, once a second at most, until when
+// the budget is spent; a process that joins later takes it as its budget.
+func TestStoreSharesASpentBudget(t *testing.T) {
+	clk := clocktest.NewJumping(t0)
+	st := newMemStore(clk.Now)
+	a := New(clk, options.QueueOptions{Store: st})
+	b := New(clk, options.QueueOptions{Store: st})
+	ctx := context.Background()
+	answer := func(q *Queue, remaining int) {
+		t.Helper()
+		req := get(t, graph+"/v1.0/users/1", "")
+		p, err := q.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+		require.NoError(t, err)
+		h := http.Header{}
+		h.Set("RateLimit-Policy", `"default";q=40;w=1`)
+		h.Set("RateLimit", `"default";r=`+strconv.Itoa(remaining)+`;t=1`)
+		q.Report(req, p, Succeeded, 0, h, clk.Now)
+	}
+
+	answer(a, 30)
+	assert.Zero(t, st.count("announce")+st.count("mark"), "room left: nothing to tell")
+	answer(a, 0)
+	assert.Equal(t, 1, st.count("announce"))
+	assert.Equal(t, 1, st.count("mark"), "the host is throttled for the fleet")
+	assert.Equal(t, options.Announcement{Remaining: 0, Reset: t0.Add(time.Second)}, st.announced["graph.test"][""])
+	answer(a, 0)
+	assert.Equal(t, 1, st.count("announce"), "told once a second at most")
+	clk.Advance(announceEvery)
+	answer(a, 0)
+	assert.Equal(t, 2, st.count("announce"))
+
+	require.True(t, b.Active(get(t, graph+"/v1.0/users/2", "")), "b learns the host is throttled")
+	_, err := b.Admit(ctx, get(t, graph+"/v1.0/users/2", ""), time.Time{}, time.Time{}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.count("state"), "b joins")
+	s := b.state("graph.test", false, time.Time{})
+	require.NotNil(t, s)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[""]
+	require.NotNil(t, n, "the budget the fleet saw spent")
+	assert.True(t, n.shared)
+	assert.True(t, n.budget.live(clk.Now(), b.recovery))
+	assert.True(t, n.budget.budget.Spent())
 }
 
 // A failing store costs a request no hold: the queue paces by its own state.
