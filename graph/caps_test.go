@@ -4,19 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/kiota-resilience/kiota-resilience-go/graph"
-	"github.com/kiota-resilience/kiota-resilience-go/observability"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/captest"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/pipeline"
 )
@@ -53,25 +50,7 @@ func TestNewClient_CapsMailboxes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var (
-				throttledOnce    atomic.Bool
-				inflight, most   atomic.Int32
-				entered, release = make(chan struct{}), make(chan struct{})
-			)
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if !throttledOnce.Swap(true) {
-					w.Header().Set("Retry-After", "0")
-					w.WriteHeader(http.StatusTooManyRequests)
-					return
-				}
-				n := inflight.Add(1)
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
-				entered <- struct{}{}
-				<-release
-				inflight.Add(-1)
-			}))
-			t.Cleanup(srv.Close)
+			srv := captest.NewServer(t)
 			reader := sdkmetric.NewManualReader()
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			t.Cleanup(func() { assert.NoError(t, mp.Shutdown(context.Background())) })
@@ -94,37 +73,20 @@ func TestNewClient_CapsMailboxes(t *testing.T) {
 				})
 			}
 			for range tt.want {
-				<-entered
+				<-srv.Entered
 			}
-			assert.Eventually(t, func() bool { return heldRequests(t, reader) == int64(requests-tt.want) },
+			assert.Eventually(t, func() bool { return captest.HeldRequests(t, reader) == int64(requests-tt.want) },
 				5*time.Second, time.Millisecond, "the others wait for a slot")
-			assert.Equal(t, int32(tt.want), inflight.Load())
+			assert.Equal(t, tt.want, srv.InFlight())
 			for range requests - tt.want {
-				release <- struct{}{}
-				<-entered
+				srv.Release()
+				<-srv.Entered
 			}
 			for range tt.want {
-				release <- struct{}{}
+				srv.Release()
 			}
 			wg.Wait()
-			assert.Equal(t, int32(tt.want), most.Load(), "at most this many at once")
+			assert.Equal(t, tt.want, srv.Most(), "at most this many at once")
 		})
 	}
-}
-
-// heldRequests reads the handler's count of requests the queue holds.
-func heldRequests(t *testing.T, reader *sdkmetric.ManualReader) int64 {
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	var n int64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == observability.MetricQueueHeldRequests {
-				for _, dp := range sum.DataPoints {
-					n += dp.Value
-				}
-			}
-		}
-	}
-	return n
 }

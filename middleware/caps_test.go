@@ -4,43 +4,22 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/kiota-resilience/kiota-resilience-go/observability"
+	"github.com/kiota-resilience/kiota-resilience-go/internal/captest"
 	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
 // TestRetryHandler_ConcurrencyCap: once the host throttled, the requests
 // Queue.Concurrency caps at one reach the server one at a time.
 func TestRetryHandler_ConcurrencyCap(t *testing.T) {
-	var (
-		throttledOnce    atomic.Bool
-		inflight, most   atomic.Int32
-		entered, release = make(chan struct{}), make(chan struct{})
-	)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !throttledOnce.Swap(true) {
-			w.Header().Set("Retry-After", "0")
-			w.WriteHeader(http.StatusTooManyRequests)
-			return
-		}
-		n := inflight.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		entered <- struct{}{}
-		<-release
-		inflight.Add(-1)
-	}))
-	t.Cleanup(srv.Close)
+	srv := captest.NewServer(t)
 	one := func(*http.Request) (string, int) { return "mailbox:m", 1 }
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -71,33 +50,15 @@ func TestRetryHandler_ConcurrencyCap(t *testing.T) {
 			}
 		})
 	}
-	<-entered
-	assert.Eventually(t, func() bool { return heldRequests(t, reader) == requests-1 },
+	<-srv.Entered
+	assert.Eventually(t, func() bool { return captest.HeldRequests(t, reader) == requests-1 },
 		5*time.Second, time.Millisecond, "the others wait for the slot")
-	assert.Equal(t, int32(1), inflight.Load(), "one at the server")
-	release <- struct{}{}
+	assert.Equal(t, 1, srv.InFlight(), "one at the server")
+	srv.Release()
 	for range requests - 1 {
-		<-entered
-		release <- struct{}{}
+		<-srv.Entered
+		srv.Release()
 	}
 	wg.Wait()
-	assert.Equal(t, int32(1), most.Load(), "one at a time")
-}
-
-// heldRequests reads the handler's count of requests the queue holds.
-func heldRequests(t *testing.T, reader *sdkmetric.ManualReader) int64 {
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == observability.MetricQueueHeldRequests {
-				var n int64
-				for _, dp := range sum.DataPoints {
-					n += dp.Value
-				}
-				return n
-			}
-		}
-	}
-	return 0
+	assert.Equal(t, 1, srv.Most(), "one at a time")
 }

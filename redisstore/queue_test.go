@@ -30,11 +30,8 @@ func TestQueuesShareThroughRedis(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newServer(t)
-			a := newStore(t, srv, WithTimeout(100*time.Millisecond))
-			b := newStore(t, srv, WithPrefix(a.cfg.prefix), WithTimeout(100*time.Millisecond))
+			_, qa, qb := twoQueues(t, srv, WithTimeout(100*time.Millisecond))
 			clock := options.SystemClock()
-			qa := throttle.New(clock, options.QueueOptions{Store: a})
-			qb := throttle.New(clock, options.QueueOptions{Store: b})
 			req, err := http.NewRequest(http.MethodGet, "https://graph.microsoft.com/v1.0/users/1", nil)
 			require.NoError(t, err)
 			ctx := context.Background()
@@ -63,16 +60,23 @@ func TestQueuesShareThroughRedis(t *testing.T) {
 	}
 }
 
+// twoQueues returns two throttle queues on the system clock, each with a
+// store of its own on srv under one prefix: two processes of a fleet. b is
+// the second queue's store.
+func twoQueues(t *testing.T, srv *server, opts ...Option) (b *Store, qa, qb *throttle.Queue) {
+	t.Helper()
+	a := newStore(t, srv, opts...)
+	b = newStore(t, srv, append(opts, WithPrefix(a.cfg.prefix))...)
+	clock := options.SystemClock()
+	return b, throttle.New(clock, options.QueueOptions{Store: a}), throttle.New(clock, options.QueueOptions{Store: b})
+}
+
 // A budget one process's answer announced as spent reaches the fleet: the
 // others learn the host is throttled, and its state says until when the
 // budget is spent.
 func TestQueuesShareASpentBudget(t *testing.T) {
-	srv := newServer(t)
-	a := newStore(t, srv)
-	b := newStore(t, srv, WithPrefix(a.cfg.prefix))
+	b, qa, qb := twoQueues(t, newServer(t))
 	clock := options.SystemClock()
-	qa := throttle.New(clock, options.QueueOptions{Store: a})
-	qb := throttle.New(clock, options.QueueOptions{Store: b})
 	req, err := http.NewRequest(http.MethodGet, "https://graph.microsoft.com/v1.0/users/1", nil)
 	require.NoError(t, err)
 	ctx := context.Background()
