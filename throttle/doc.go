@@ -113,7 +113,9 @@
 //     wait for its answer): the holds become its held paths and URLs, each
 //     budget's pace (one process's) a budget paced at it, and each budget
 //     announced spent a budget, which its own answers tune from then on. A
-//     request a budget's pacer releases takes its slot in the budget's fleet-wide
+//     request a budget's pacer releases (unless the server announces that
+//     budget: each process paces it from its own answers, which all carry
+//     it) takes its slot in the budget's fleet-wide
 //     schedule (Reserve, one round trip), which sees every release of the
 //     fleet. From its first release it searches for the budget's rate as one
 //     process's pacer does, for the whole fleet: from the sum of where the

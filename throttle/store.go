@@ -217,7 +217,8 @@ func (p *adaptivePacer) follow(rate float64, now time.Time) {
 
 // fleetShare returns the pace n releases at now, which is this process's
 // share of the budget's fleet-wide schedule, and whether it has one: a
-// budget that paces, with a store. The caller holds the host's lock.
+// budget that paces, with a store, and that no live announcement speaks
+// for. The caller holds the host's lock.
 //
 // While n's pacer searches, the share is where its search started, from
 // this process's part of the first wave: the schedule's search starts
@@ -228,7 +229,13 @@ func (p *adaptivePacer) follow(rate float64, now time.Time) {
 // probe has risen to: a probe rises while nothing is sent, and a share
 // above the server's rate would start the fleet's next search there.
 func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
-	if q.store == nil || !n.paces(now, q.recovery) {
+	if q.store == nil || !n.paces(now, q.recovery) || n.budget.live(now, q.recovery) {
+		// A budget the server announces is paced by each process from
+		// its own answers, which all carry it: the schedule's fit learns
+		// from 429s only, and a schedule searching past a budget the
+		// answers say is spent sent a fleet, or one process, into it
+		// every Retry-After (9.97x the limit and 66 requests lost, one
+		// process behind an announcing bucket, against 1.20x this way).
 		return options.Pace{}, false
 	}
 	ap, ok := n.pacer.(*adaptivePacer)

@@ -307,6 +307,32 @@ func TestStoreSharesASpentBudget(t *testing.T) {
 	assert.True(t, n.budget.budget.Spent())
 }
 
+// A budget the server announces is paced by each process from its own
+// answers, never by the fleet's schedule: no reservation is made for it.
+func TestStoreLeavesAnnouncedBudgetsToEachProcess(t *testing.T) {
+	clk := clocktest.NewJumping(t0)
+	st := newMemStore(clk.Now)
+	q := New(clk, options.QueueOptions{Store: st})
+	ctx := context.WithValue(context.Background(), queueKey{}, q)
+	for i := range 20 {
+		req := get(t, graph+"/v1.0/users/"+strconv.Itoa(i), "")
+		p, err := q.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+		require.NoError(t, err)
+		h := http.Header{}
+		h.Set("RateLimit-Policy", `"default";q=40;w=1`)
+		h.Set("RateLimit", `"default";r=0;t=1`)
+		q.Report(req, p, Succeeded, 0, h, clk.Now)
+	}
+	s := q.state("graph.test", false, time.Time{})
+	require.NotNil(t, s)
+	s.mu.Lock()
+	n := s.nodes[""]
+	require.NotNil(t, n)
+	assert.True(t, n.paces(clk.Now(), q.recovery), "the announced budget paces")
+	s.mu.Unlock()
+	assert.Zero(t, st.count("reserve"))
+}
+
 // A failing store costs a request no hold: the queue paces by its own state.
 func TestStoreFailingFallsBackToLocalPace(t *testing.T) {
 	clk := clocktest.NewJumping(t0)
