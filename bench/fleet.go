@@ -96,6 +96,7 @@ var fleetRows = []fleetRow{
 	{key: "8-caps", title: "8 processes, store, 4 at once per mailbox, capped", procs: 8, store: true, caps: true},
 	{key: "8-caps-nostore", title: "8 processes, no store, 4 at once per mailbox, capped", procs: 8, caps: true},
 	{key: "1-announce", title: "1 process, the bucket announcing RateLimit", procs: 1, announce: true},
+	{key: "1-announce-store", title: "1 process, store, the bucket announcing RateLimit", procs: 1, store: true, announce: true},
 	{key: "8-announce", title: "8 processes, store, the bucket announcing RateLimit", procs: 8, store: true, announce: true},
 	{key: "8-announce-nostore", title: "8 processes, no store, the bucket announcing RateLimit", procs: 8, announce: true},
 }
