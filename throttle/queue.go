@@ -351,6 +351,10 @@ func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, no
 	s.seq++
 	n.seq = s.seq
 	n.budget.refresh(b, p.Sent, now, n.inflight)
+	// An announced budget is paced here, never by the fleet's schedule
+	// (fleetShare): its word that it spaces the releases alone ends now,
+	// not a second later, when nothing would space them meanwhile.
+	n.fitted = time.Time{}
 	if !b.Spent() {
 		return nil
 	}
