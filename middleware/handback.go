@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	abstractions "github.com/microsoft/kiota-abstractions-go"
+
+	"github.com/kiota-resilience/kiota-resilience-go/observability"
 )
 
 // HeaderRetryAt is the response header the handler adds to an answer it
@@ -81,4 +84,23 @@ func stampRetryAt(resp *http.Response, at time.Time) {
 		resp.Header = http.Header{}
 	}
 	resp.Header.Set(HeaderRetryAt, at.UTC().Format(time.RFC3339Nano))
+}
+
+// standIn answers at now, with no attempt sent, a request the server's own
+// Retry-After for its URL or path holds until until: a 429 that says how
+// long is left, in whole seconds in Retry-After and exactly in
+// HeaderRetryAt, with an empty body. It returns the stop reason.
+func (r *run) standIn(now, until time.Time) string {
+	left := until.Sub(now)
+	r.last = &http.Response{
+		Status:     "429 Too Many Requests",
+		StatusCode: http.StatusTooManyRequests,
+		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:  http.Header{"Retry-After": {strconv.FormatInt(int64((left+time.Second-1)/time.Second), 10)}},
+		Body:    http.NoBody,
+		Request: r.req,
+	}
+	stampRetryAt(r.last, until)
+	r.obs.handedBack(r.req.Context(), observability.HandBackStandIn, left)
+	return stopHandedBack
 }

@@ -143,3 +143,68 @@ func TestHandBackValidated(t *testing.T) {
 	require.ErrorIs(t, err, options.ErrInvalidOption)
 	assert.Contains(t, err.Error(), "HandBack")
 }
+
+// TestRetriesOffAnswersANamedHold: with retries off, a request the server's
+// own Retry-After for its URL still holds is answered at once with a
+// stand-in 429 that says how long is left, no attempt sent; anything else
+// goes as it would with retries on.
+func TestRetriesOffAnswersANamedHold(t *testing.T) {
+	off := options.RetryHandlerOptions{MaxRetries: -1}
+	tests := []struct {
+		name    string
+		opts    options.RetryHandlerOptions
+		after   time.Duration // since the throttle came back
+		path    string
+		status  int
+		handed  bool // an ErrHandedBack error instead of a response
+		sent    int  // attempts the second request sent
+		waited  []time.Duration
+		wantRA  string
+		retryAt time.Duration // since epoch; 0: not handed back
+	}{
+		{name: "retries off, the throttled URL", opts: off, after: time.Second, path: "/v1.0/users/1",
+			status: http.StatusTooManyRequests, wantRA: "4", retryAt: 5 * time.Second},
+		{name: "retries off, half a second left", opts: off, after: 4500 * time.Millisecond, path: "/v1.0/users/1",
+			status: http.StatusTooManyRequests, wantRA: "1", retryAt: 5 * time.Second},
+		{name: "retries off, the hold over", opts: off, after: 5 * time.Second, path: "/v1.0/users/1",
+			status: http.StatusOK, sent: 1},
+		{name: "retries off, a sibling the server did not name", opts: off, after: time.Second, path: "/v1.0/users/2",
+			status: http.StatusOK, sent: 1},
+		{name: "retries on, the throttled URL waits", opts: options.RetryHandlerOptions{}, after: time.Second, path: "/v1.0/users/1",
+			status: http.StatusOK, sent: 1, waited: clocktest.Seconds(4)},
+		{name: "retries off, handed back as asked", opts: options.RetryHandlerOptions{MaxRetries: -1, HandBack: options.HandBackThrottles},
+			after: time.Second, path: "/v1.0/users/1", handed: true, retryAt: 5 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := newScripted(t, throttled("5"))
+			h, clk := newHandler(t, tt.opts)
+			client := newClient(t, h)
+			// The throttle, taken as it comes whatever the handler's options.
+			first, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1.0/users/1", nil)
+			first = first.WithContext(context.WithValue(first.Context(), options.Key(), &off))
+			res, _ := do(clk, client, first)
+			require.NoError(t, res.err)
+			require.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode)
+			require.Len(t, srv.attempts(), 1)
+
+			clk.Advance(tt.after)
+			again, _ := http.NewRequest(http.MethodGet, srv.URL+tt.path, nil)
+			res, waits := do(clk, client, again)
+			assert.Len(t, srv.attempts(), 1+tt.sent, "attempts sent")
+			assert.Equal(t, tt.waited, waits)
+			if tt.handed {
+				assert.ErrorIs(t, res.err, middleware.ErrHandedBack)
+			} else {
+				require.NoError(t, res.err)
+				assert.Equal(t, tt.status, res.resp.StatusCode)
+				assert.Equal(t, tt.wantRA, res.resp.Header.Get("Retry-After"))
+			}
+			at, ok := middleware.RetryAt(res.resp, res.err)
+			assert.Equal(t, tt.retryAt != 0, ok, "handed back")
+			if ok {
+				assert.Equal(t, epoch.Add(tt.retryAt), at)
+			}
+		})
+	}
+}

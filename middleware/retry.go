@@ -305,6 +305,13 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (thrott
 	sent := now
 	switch q := r.queue(); {
 	case q != nil && q.Active(r.req):
+		if retry == 0 && r.limits.MaxRetries < 0 && r.opts.HandBack == options.HandBackNone {
+			// The caller spends no retries: it does its own, and the server
+			// already said what this one would get.
+			if until := q.HeldUntil(r.req); until.After(later(now, notBefore)) {
+				return pass, r.standIn(now, until), nil
+			}
+		}
 		deadline, limit := r.holdDeadline(ctx, now)
 		if r.opts.HandBack != options.HandBackNone {
 			deadline = later(now, notBefore) // no hold past its own time

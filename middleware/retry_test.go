@@ -635,11 +635,12 @@ func TestRetryHandler_DiscardedBodiesAreClosed(t *testing.T) {
 
 func TestRetryHandler_CancelWhileHeldByQueue(t *testing.T) {
 	srv := newScripted(t, throttled("60"))
-	h, clk := newHandler(t, options.RetryHandlerOptions{MaxRetries: -1})
+	h, clk := newHandler(t, options.RetryHandlerOptions{})
 	client := newClient(t, h)
 
 	// The first request is throttled for 60 s and, never retried, returns.
-	first, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1.0/me", nil)
+	off := context.WithValue(context.Background(), options.Key(), &options.RetryHandlerOptions{MaxRetries: -1})
+	first, _ := http.NewRequestWithContext(off, http.MethodGet, srv.URL+"/v1.0/me", nil)
 	res, _ := do(clk, client, first)
 	require.NoError(t, res.err)
 	require.Equal(t, http.StatusTooManyRequests, res.resp.StatusCode)

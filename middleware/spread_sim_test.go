@@ -615,14 +615,15 @@ func randomItems(n int) func(w int) func() int {
 // rate while its siblings succeed: it must not become a budget of its
 // siblings, so that no request to an item the server serves ever waits.
 //
-// With each item requested once, at least half as many requests complete
-// with the queue on as with it off. With items drawn at random, a locked
-// item is requested again while the server's Retry-After for it runs, and
-// the server's word holds that request for the second it named (R14, R21):
-// those holds alone bound what completes (0.65 of the queue off here; 0.3
-// at 200 µs a request over a million items, as BenchmarkLockedItems runs). A caller that would rather have
-// the hold at once sets HandBack, and then completes as many as with the
-// queue off.
+// At least half as many requests complete with the queue on as with it
+// off, whether each item is requested once or items are drawn at random.
+// Drawn at random, a locked item is requested again while the server's
+// Retry-After for it runs: with retries off that request is answered at
+// once with a stand-in 429 rather than held for the second the server
+// named (held, it was 0.65 of the queue off here, and 0.3 at 200 µs a
+// request over a million items, as BenchmarkLockedItems runs). With
+// retries on it waits the second out (R14), which is what a caller who
+// lets the handler retry asked for.
 func TestLockedItemsSimulation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates 2 s of requests")
@@ -640,9 +641,7 @@ func TestLockedItemsSimulation(t *testing.T) {
 		least float64
 	}{
 		{"each item once", eachItemOnce, options.RetryHandlerOptions{MaxRetries: -1}, 0.5},
-		// A known miss of the half, bounded by the holds the
-		// server named: the bound guards against worse.
-		{"random items of 200,000", randomItems(200_000), options.RetryHandlerOptions{MaxRetries: -1}, 0.2},
+		{"random items of 200,000", randomItems(200_000), options.RetryHandlerOptions{MaxRetries: -1}, 0.5},
 		{"random items of 200,000, holds handed back", randomItems(200_000),
 			options.RetryHandlerOptions{MaxRetries: -1, HandBack: options.HandBackThrottles}, 0.5},
 	}

@@ -110,6 +110,10 @@ const (
 	// options.HandBackAll, a host that is down) would hold was returned
 	// at once with an error, no attempt sent.
 	HandBackHold = "hold"
+	// HandBackStandIn: a request with retries off that the server's own
+	// Retry-After for its URL or path still held was answered at once
+	// with a stand-in 429, no attempt sent.
+	HandBackStandIn = "stand_in"
 )
 
 // Values of RetryReasonKey.

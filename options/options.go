@@ -42,7 +42,9 @@ type RetryHandlerOptions struct {
 	// MaxRetries caps the number of retries after the first attempt.
 	// 0 means the default, 10, unless Policy is set, in which case the
 	// policy's own count governs alone; < 0 means never retry. See Policy
-	// for how it combines with a policy's count.
+	// for how it combines with a policy's count. With retries off, a
+	// request whose URL the server's Retry-After still holds is answered
+	// at once with a stand-in 429 instead of held (see HandBack).
 	MaxRetries int
 	// InitialDelay is the first delay of the default backoff. 0: 3 s.
 	InitialDelay time.Duration

@@ -283,3 +283,28 @@ func BenchmarkReportRateLimitField(b *testing.B) {
 		})
 	}
 }
+
+// TestQueueHeldUntil: HeldUntil names the server's own hold of a URL or its
+// path, and nothing for a sibling or a host never throttled.
+func TestQueueHeldUntil(t *testing.T) {
+	clk := clocktest.New(t0)
+	q := New(clk, options.QueueOptions{})
+	users := graph + "/v1.0/users/"
+	throttle429(t, q, clk, get(t, users+"1?$select=id", ""), 5*time.Second, 10*time.Millisecond)
+	end := t0.Add(10*time.Millisecond + 5*time.Second)
+	tests := []struct {
+		name string
+		url  string
+		want time.Time
+	}{
+		{"the URL throttled", users + "1?$select=id", end},
+		{"its path, another query", users + "1", end},
+		{"a sibling", users + "2", time.Time{}},
+		{"a host never throttled", "https://other.example/v1.0/users/1", time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, q.HeldUntil(get(t, tt.url, "")))
+		})
+	}
+}

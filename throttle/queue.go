@@ -426,6 +426,22 @@ func (q *Queue) Refused(req *http.Request, p *Pass, now time.Time) Outcome {
 	return Failed
 }
 
+// HeldUntil returns until when the server's own word, a throttle of req's
+// URL or path that this process heard, holds req; the zero time when none
+// does. A budget's pace and a concurrency cap are not the server's word of
+// req: Admit waits those out. A caller with no retries to spend asks it
+// to answer such a request at once instead of holding it.
+func (q *Queue) HeldUntil(req *http.Request) time.Time {
+	s := q.state(hostKey(req), false, time.Time{})
+	if s == nil || !s.active.Load() {
+		return time.Time{}
+	}
+	t := q.newTarget(req)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held(t)
+}
+
 // Active reports whether the host req names was ever throttled (and not
 // since forgotten), here or, with a store, anywhere in the fleet: only then
 // may Admit hold its attempts. It makes no round trip.
