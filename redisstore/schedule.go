@@ -150,7 +150,7 @@ func (s *Store) Throttled(ctx context.Context, host, budget string, ago, retryAf
 	hold := max(probeAfter, 2*retryAfter)
 	args := append(s.scheduleArgs(Pace{Rate: 1, Burst: 1}, 0, budget),
 		ago.Microseconds(), hold.Microseconds(), fitShare, minSpan.Microseconds(), minReleases, maxSpan.Microseconds(),
-		recentSpan.Microseconds(), minOffered, probeAfter.Microseconds())
+		recentSpan.Microseconds(), minOffered, probeAfter.Microseconds(), retryAfter.Microseconds())
 	r, err := call(ctx, s, "throttled", func(ctx context.Context) ([]int64, error) {
 		return throttleScript.Run(ctx, s.rdb, s.scheduleKeys(host, budget), args...).Int64Slice()
 	})
