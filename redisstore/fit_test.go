@@ -399,19 +399,23 @@ func TestMarkHolds(t *testing.T) {
 // A server that named a wait may refuse whatever is sent until it ends (a
 // fixed window, or a sliding window that counts its refusals, as HAProxy's
 // stick table does): within the wait of the throttle whose fit last
-// lowered the rate, fits that read almost nothing accepted lower it no
-// further than half the rate before that fit.
-func TestFitsInsideANamedWaitStopAtItsFloor(t *testing.T) {
+// lowered the rate, a span in which almost nothing was accepted leaves the
+// rate where it is. A span that accepted more fits as ever, and outside
+// such a wait a lowering fit begins one.
+func TestClosedSpans(t *testing.T) {
 	tests := []struct {
-		name   string
-		closed time.Duration // until when the last lowering's wait runs, from now; 0: none
-		want   float64
+		name    string
+		closed  time.Duration // until when the last lowering's wait runs, from now; 0: none
+		refused int           // of 600 releases over the last second
+		want    float64
 		// closes reports whether this fit begins a wait of its own.
 		closes bool
 	}{
-		{"inside the wait", 2 * time.Second, 400, false},
-		{"past it", -time.Second, 250, true},
-		{"no lowering before", 0, 250, true},
+		{"closed, in the wait", 2 * time.Second, 590, 500, false},
+		{"a third, in the wait", 2 * time.Second, 400, 250, false},
+		{"half, in the wait", 2 * time.Second, 300, 300 * fitShare, false},
+		{"closed, past the wait", -time.Second, 590, 250, true},
+		{"closed, no wait", 0, 590, 250, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -419,28 +423,26 @@ func TestFitsInsideANamedWaitStopAtItsFloor(t *testing.T) {
 			s := newSchedule(t, func(now int64) []any {
 				fields := []any{"rate", 500, "hold", time.Hour.Microseconds(), "mark", now - time.Second.Microseconds()}
 				if tt.closed != 0 {
-					fields = append(fields, "closed", now+tt.closed.Microseconds(), "floor", 400)
+					fields = append(fields, "closed", now+tt.closed.Microseconds())
 				}
 				return fields
 			})
 			seedReleases(t, s, 600, time.Second, 0)
-			seedRefused(t, s, 590, time.Second, 0)
+			seedRefused(t, s, tt.refused, time.Second, 0)
 			require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
-			assert.InDelta(t, tt.want, fittedRate(t, s), 1)
+			// The span is measured on Redis's clock: within 5 %.
+			assert.InDelta(t, tt.want, fittedRate(t, s), tt.want/20)
 
 			now, err := s.rdb.Time(ctx).Result()
 			require.NoError(t, err)
 			closed, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "closed").Int64()
 			if !tt.closes {
 				require.NoError(t, err)
-				assert.Less(t, closed, now.UnixMicro()+tt.closed.Microseconds()+time.Millisecond.Microseconds(), "the wait unchanged")
+				assert.Less(t, closed, now.UnixMicro()+tt.closed.Microseconds(), "the wait unchanged")
 				return
 			}
 			require.NoError(t, err)
 			assert.InDelta(t, now.Add(3*time.Second).UnixMicro(), closed, float64(100*time.Millisecond.Microseconds()), "the wait this throttle named")
-			floor, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "floor").Float64()
-			require.NoError(t, err)
-			assert.InDelta(t, 250, floor, 1, "half the rate before")
 		})
 	}
 }

@@ -82,6 +82,15 @@ const (
 	// schedule that releases as it should passes with room for timer slack
 	// and the round trips of reservations.
 	minOffered = 0.8
+	// closedShare is the most of a span's releases the server may have
+	// accepted for the span, inside the wait of the throttle that last
+	// lowered the rate, to say the budget is closed rather than slower. A
+	// token bucket refuses nine in ten only when sent ten times its rate,
+	// and a search doubling once per round trip overshoots by two to four
+	// times; a window that counts its refusals (HAProxy's stick table)
+	// refuses everything until its wait ends, and each fit inside it
+	// halved the fleet's rate again (616/s to 77/s in 100 ms).
+	closedShare = 0.1
 	// keepHistory is how long the send times of releases and throttles are
 	// kept for the fit: past maxSpan, with room for a slow report.
 	keepHistory = 2 * maxSpan
@@ -150,7 +159,7 @@ func (s *Store) Throttled(ctx context.Context, host, budget string, ago, retryAf
 	hold := max(probeAfter, 2*retryAfter)
 	args := append(s.scheduleArgs(Pace{Rate: 1, Burst: 1}, 0, budget),
 		ago.Microseconds(), hold.Microseconds(), fitShare, minSpan.Microseconds(), minReleases, maxSpan.Microseconds(),
-		recentSpan.Microseconds(), minOffered, probeAfter.Microseconds(), retryAfter.Microseconds())
+		recentSpan.Microseconds(), minOffered, probeAfter.Microseconds(), retryAfter.Microseconds(), closedShare)
 	r, err := call(ctx, s, "throttled", func(ctx context.Context) ([]int64, error) {
 		return throttleScript.Run(ctx, s.rdb, s.scheduleKeys(host, budget), args...).Int64Slice()
 	})

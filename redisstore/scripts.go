@@ -154,11 +154,11 @@ return 1
 //	busy   when the schedule last had requests waiting again after such
 //	       a time (µs)
 //	closed until when the wait named by the throttle whose fit last
-//	       lowered the rate, outside such a wait, runs (µs), and floor
-//	       half the rate before that fit: a server that named a wait may
-//	       refuse whatever is sent until it ends (a fixed window, or a
-//	       sliding window that counts its refusals), and fits inside it,
-//	       which read almost nothing accepted, lower the rate no further
+//	       lowered the rate, outside such a wait, runs (µs): a server
+//	       that named a wait may refuse whatever is sent until it ends (a
+//	       fixed window, or a sliding window that counts its refusals),
+//	       and a span inside it in which almost nothing was accepted
+//	       says it is closed, not slower: it lowers the rate no further
 //
 // and two sorted sets of send times (µs): KEYS[4] the releases the schedule
 // made, KEYS[5] the throttled ones the processes reported.
@@ -172,7 +172,8 @@ return 1
 // span (µs), [17] the span over which the fleet's recent rate is read
 // (µs), [18] the least share of the schedule's rate a span's releases
 // must reach for the fit to read it, [19] the mark's hold (µs), [20] the
-// throttle's Retry-After (µs).
+// throttle's Retry-After (µs), [21] the most of a span's releases accepted
+// for the span to read as a closed budget.
 const fleetRate = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -324,15 +325,13 @@ local ago = tonumber(ARGV[11])
 local sent = now - ago
 redis.call('ZADD', KEYS[5], sent, string.format('%.0f %s', now, ARGV[4]))
 keep(KEYS[5])
-local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle', 'born', 'busy', 'closed', 'floor')
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle', 'born', 'busy', 'closed')
 local sum, sburst = shares()
 local rate = rateAt(sent, sched, sum, sburst)
 if rate <= 0 then return {0, 0} end
 -- Within the wait a lowering fit's throttle named, the server may refuse
--- whatever is sent: its throttles say it is closed, not that it is slower.
+-- whatever is sent until it ends.
 local closing = sent < (tonumber(sched[10]) or 0)
-local floor = 0
-if closing then floor = tonumber(sched[11]) end
 local since = tonumber(sched[3])
 if since and sent <= since + 2 * ago then return {0, math.floor(rate * 1000)} end
 -- The first of the fleet's releases meet what its processes sent before
@@ -358,16 +357,22 @@ if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) then
   end
   if released >= tonumber(ARGV[15]) then
     local refused = redis.call('ZCOUNT', KEYS[5], '(' .. mark, sent)
-    local fit = math.max(released - refused, 1) * 1000000 / span * tonumber(ARGV[13])
+    local accepted = math.max(released - refused, 0)
+    if closing and accepted < tonumber(ARGV[21]) * released then
+      -- Closed, not slower: a budget refilling at any rate the fleet's
+      -- search reaches would have taken more. The span starts anew here.
+      redis.call('HSET', KEYS[1], 'mark', string.format('%.0f', sent))
+      return {0, math.floor(rate * 1000)}
+    end
+    local fit = math.max(accepted, 1) * 1000000 / span * tonumber(ARGV[13])
     -- One fit never more than halves the rate: a noisy span, or other
     -- traffic on the server's budget, slows the fleet by steps.
     local before = rate
-    rate = math.max(fit, rate / 2, floor)
+    rate = math.max(fit, rate / 2)
     redis.call('HSET', KEYS[1], 'rate', string.format('%.6g', rate), 'since', string.format('%.0f', now),
       'hold', ARGV[12], 'mark', string.format('%.0f', sent))
     if not closing and rate < before then
-      redis.call('HSET', KEYS[1], 'closed', string.format('%.0f', now + tonumber(ARGV[20])),
-        'floor', string.format('%.6g', before / 2))
+      redis.call('HSET', KEYS[1], 'closed', string.format('%.0f', now + tonumber(ARGV[20])))
     end
     redis.call('HDEL', KEYS[1], 'step', 'idle')
     expire(tonumber(sched[1]))
@@ -385,7 +390,7 @@ local busy = tonumber(sched[9]) or born
 local recent = math.min(tonumber(ARGV[17]), sent - math.max(born, busy))
 if recent >= tonumber(ARGV[14]) then
   local just = redis.call('ZCOUNT', KEYS[4], sent - recent, sent) * 1000000 / recent
-  if just >= 1 and just < rate then rate = math.min(rate, math.max(just, floor)) end
+  if just >= 1 and just < rate then rate = just end
 end
 -- A search's mark holds for two of its steps, long enough to hear of the
 -- releases made at the held rate: a fit, or none, and the search resumes.
