@@ -27,6 +27,8 @@
 //  1. The server's word. A throttle holds exactly what it named (its URL
 //     and path) for the whole time it named: its Retry-After, or for a
 //     429 without one the policy's delay. Nothing else is held for it.
+//     [Queue.HeldUntil] tells a caller that would rather not wait it out
+//     (one with no retries to spend) until when it runs.
 //  2. The first guess is the seed's 5-n rule, counted in children: a
 //     throttle goes to the widest node n segments below the root whose
 //     distinct children had a throttle within spreadWindow reach 5-n (at
