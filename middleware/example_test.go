@@ -56,3 +56,41 @@ func ExampleNewRetryHandler_invalid() {
 	// Output:
 	// middleware.NewRetryHandler: invalid retry option: RetryHandlerOptions.MaxElapsed = -1ns must not be negative
 }
+
+// With retries off, the caller does its own retrying: a request the
+// server's Retry-After still holds is answered at once with a stand-in 429
+// saying when to try again, and nothing is sent.
+func ExampleRetryAt_retriesOff() {
+	var attempts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer srv.Close()
+
+	retry, err := middleware.NewRetryHandler(options.RetryHandlerOptions{MaxRetries: -1})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(base, retry)}
+
+	for range 2 {
+		resp, err := client.Get(srv.URL + "/v1.0/users/1/messages")
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		resp.Body.Close()
+		_, handedBack := middleware.RetryAt(resp, nil)
+		fmt.Println(resp.StatusCode, "Retry-After:", resp.Header.Get("Retry-After"), "stand-in:", handedBack)
+	}
+	fmt.Println("sent to the server:", attempts.Load())
+	// Output:
+	// 429 Retry-After: 30 stand-in: false
+	// 429 Retry-After: 30 stand-in: true
+	// sent to the server: 1
+}
