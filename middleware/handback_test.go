@@ -166,6 +166,8 @@ func TestRetriesOffAnswersANamedHold(t *testing.T) {
 			status: http.StatusTooManyRequests, wantRA: "4", retryAt: 5 * time.Second},
 		{name: "retries off, half a second left", opts: off, after: 4500 * time.Millisecond, path: "/v1.0/users/1",
 			status: http.StatusTooManyRequests, wantRA: "1", retryAt: 5 * time.Second},
+		{name: "the NoRetry policy, the throttled URL", opts: options.RetryHandlerOptions{Policy: options.NoRetry{}}, after: time.Second,
+			path: "/v1.0/users/1", status: http.StatusTooManyRequests, wantRA: "4", retryAt: 5 * time.Second},
 		{name: "retries off, the hold over", opts: off, after: 5 * time.Second, path: "/v1.0/users/1",
 			status: http.StatusOK, sent: 1},
 		{name: "retries off, a sibling the server did not name", opts: off, after: time.Second, path: "/v1.0/users/2",

@@ -259,6 +259,16 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 	}
 }
 
+// retriesOff reports whether the request's options never retry: MaxRetries
+// below zero, or the NoRetry policy.
+func (r *run) retriesOff() bool {
+	switch r.policy.(type) {
+	case options.NoRetry, *options.NoRetry:
+		return true
+	}
+	return r.limits.MaxRetries < 0
+}
+
 // drop discards the last failed response: a newer attempt replaces it, or
 // the caller will get an error instead.
 func (r *run) drop() {
@@ -305,7 +315,7 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (thrott
 	sent := now
 	switch q := r.queue(); {
 	case q != nil && q.Active(r.req):
-		if retry == 0 && r.limits.MaxRetries < 0 && r.opts.HandBack == options.HandBackNone {
+		if retry == 0 && r.retriesOff() && r.opts.HandBack == options.HandBackNone {
 			// The caller spends no retries: it does its own, and the server
 			// already said what this one would get.
 			if until := q.HeldUntil(r.req); until.After(later(now, notBefore)) {

@@ -22,7 +22,9 @@ const (
 const MaxAPIManagementCount = 50
 
 // NoRetry is the policy that never retries: the first response or error
-// is returned as is.
+// is returned as is. As with MaxRetries < 0, a request the server's
+// Retry-After still holds is answered at once with a stand-in 429 rather
+// than held.
 type NoRetry struct{}
 
 // Next implements Policy; it always declines.
