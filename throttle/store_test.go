@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -542,4 +543,43 @@ func TestStoreJoinWaitsForTheFleetsState(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A process holds slots of a fitted schedule at most maxSlotsAhead ahead:
+// slots given go at the rate they were given at, and a fleet whose every
+// waiting request held one would go on at a probe's rate long after the
+// fit that lowered it.
+func TestStoreHoldsFewSlotsAhead(t *testing.T) {
+	const (
+		waiting  = 40
+		interval = time.Millisecond
+	)
+	// In a bubble, the system clock's time moves only when every
+	// goroutine waits: requests that ask for slots at once ask at one
+	// instant.
+	synctest.Test(t, func(t *testing.T) {
+		clk := options.SystemClock()
+		st := newMemStore(clk.Now)
+		st.active["graph.test"] = true
+		st.paces["users"] = options.Pace{Rate: 1000, Burst: 1}
+		st.fitted["users"] = interval
+		q := New(clk, options.QueueOptions{Store: st})
+		ctx := context.WithValue(context.Background(), queueKey{}, q)
+		var wg sync.WaitGroup
+		for i := range waiting {
+			wg.Go(func() {
+				req := get(t, graph+"/v1.0/users/"+strconv.Itoa(i), "")
+				p, err := q.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+				if assert.NoError(t, err) {
+					q.Report(req, p, Succeeded, 0, nil, clk.Now)
+				}
+			})
+		}
+		wg.Wait()
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		require.Len(t, st.reserved, waiting, "every request took a slot")
+		assert.LessOrEqual(t, slices.Max(st.reserved), maxSlotsAhead+maxReserving*interval,
+			"no slot was taken further ahead than the process holds them")
+	})
 }

@@ -98,9 +98,11 @@ type node struct {
 	// reserving counts this process's round trips for slots of the
 	// fleet's schedule of the node under way.
 	reserving int
-	successes waveCount // successes below it since it exists
-	throttles waveCount // throttles below it, counted the same way
-	even      evenness
+	// slotsUntil is the latest slot of that schedule this process took.
+	slotsUntil time.Time
+	successes  waveCount // successes below it since it exists
+	throttles  waveCount // throttles below it, counted the same way
+	even       evenness
 }
 
 // mark is a throttled child counting towards its parent's spread until

@@ -99,11 +99,17 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			if !fitted {
 				next = q.next(n, now)
 			}
-			if fitted && n.reserving >= maxReserving && !w.eligible.After(now) {
-				// Its turn comes when a reservation under way returns.
+			ahead := n.slotsUntil.Sub(now.Add(maxSlotsAhead))
+			if fitted && (n.reserving >= maxReserving || ahead > 0) && !w.eligible.After(now) {
+				// Its turn comes when a reservation under way returns, or
+				// when the slots this process holds run low.
+				d := time.Duration(-1)
+				if n.reserving < maxReserving {
+					d = ahead
+				}
 				s.mu.Unlock()
 				held(now, now.Add(time.Nanosecond))
-				err = wait.Woken(ctx, q.clock, -1, w.wake)
+				err = wait.Woken(ctx, q.clock, d, w.wake)
 				s.mu.Lock()
 				if err != nil {
 					n.waiters.remove(w)
