@@ -261,6 +261,58 @@ func TestStoreJoinerFollowsTheFleetsPace(t *testing.T) {
 	assert.True(t, n.shared)
 }
 
+// A process that joins while the fleet's first wave is under way (holds the
+// server named still run, no pace yet) takes the fleet's holds as its own
+// throttles: when they make a budget by the rule its own would, its
+// requests wait for the fleet's schedule rather than go at once into a
+// bucket the others emptied. Holds of an item or two make none.
+func TestStoreJoinerTakesTheFleetsFirstWave(t *testing.T) {
+	tests := []struct {
+		name    string
+		held    []string // items held
+		heldFor time.Duration
+		budget  bool // a budget searches through the fleet's schedule
+	}{
+		{"a wave over many items", []string{"a", "b", "c", "d", "e"}, 3 * time.Second, true},
+		{"one item", []string{"a"}, 3 * time.Second, false},
+		{"two items", []string{"a", "b"}, 3 * time.Second, false},
+		{"holds already over", []string{"a", "b", "c", "d", "e"}, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktest.NewJumping(t0)
+			st := newMemStore(clk.Now)
+			st.active["graph.test"] = true
+			st.holds["graph.test"] = map[string]time.Time{}
+			for _, id := range tt.held {
+				st.holds["graph.test"][options.HoldPathPrefix+"/v1.0/users/"+id] = t0.Add(tt.heldFor)
+			}
+			q := New(clk, options.QueueOptions{Store: st})
+			ctx := context.WithValue(context.Background(), queueKey{}, q)
+			req := get(t, graph+"/v1.0/users/z", "")
+			p, err := q.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+			require.NoError(t, err)
+			q.Report(req, p, Succeeded, 0, nil, clk.Now)
+
+			s := q.state("graph.test", false, time.Time{})
+			require.NotNil(t, s)
+			n := s.nodes["users"]
+			if !tt.budget {
+				assert.Zero(t, st.count("reserve"), "the request went unpaced")
+				assert.False(t, n != nil && n.shared, "no budget")
+				return
+			}
+			assert.Equal(t, 1, st.count("reserve"), "the request took a slot of the fleet's schedule")
+			require.NotNil(t, n)
+			assert.True(t, n.shared, "the held items' API is a budget")
+			ap, ok := n.pacer.(*adaptivePacer)
+			require.True(t, ok)
+			assert.Equal(t, pacerSearching, ap.state, "that searches for the server's rate")
+			assert.Contains(t, st.shares, "graph.test/users")
+		})
+	}
+}
+
 // A budget an answer announces as spent is the news a throttle brings: the
 // fleet learns the host is throttled and, once a second at most, until when
 // the budget is spent; a process that joins later takes it as its budget.
