@@ -107,6 +107,9 @@ type FleetState struct {
 	Paces map[string]Pace
 	// Announced maps a budget to what the server announced of it.
 	Announced map[string]Announcement
+	// Throttled is when some process first saw the host throttled in
+	// the spell that still holds it active; zero when not known.
+	Throttled time.Time
 }
 
 // Keys of FleetState.Holds: a hold of an exact URL, or of a path.

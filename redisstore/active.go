@@ -115,7 +115,7 @@ func (s *Store) mark(ctx context.Context, op, host, key string, hold time.Durati
 	now := s.cfg.now()
 	s.active.extend(host, now.Add(hold+s.cfg.activeFor), now, s.cfg.activeFor/2)
 	r, err := call(ctx, s, op, func(ctx context.Context) ([]int64, error) {
-		return markScript.Run(ctx, s.rdb, []string{s.keys.holds(host), s.keys.hosts},
+		return markScript.Run(ctx, s.rdb, []string{s.keys.holds(host), s.keys.hosts, s.keys.since(host)},
 			key, hold.Milliseconds(), s.cfg.activeFor.Milliseconds(), s.keys.notice, host,
 			maxHoldsPerHost, maxHosts).Int64Slice()
 	})

@@ -19,6 +19,10 @@ func newKeys(prefix string) keys {
 // holds is a sorted set: target key -> held until (ms, Redis clock).
 func (k keys) holds(host string) string { return k.base + "holds:" + host }
 
+// since is a string: when the fleet first saw host throttled in its
+// current spell of activity (ms, Redis clock).
+func (k keys) since(host string) string { return k.base + "since:" + host }
+
 // pace is a hash: budget -> "rate burst".
 func (k keys) pace(host string) string { return k.base + "pace:" + host }
 

@@ -54,6 +54,7 @@ func TestKeyMemory(t *testing.T) {
 		bound int64 // bytes, as documented
 	}{
 		{s.keys.hosts, "hosts, two hosts", 200},
+		{s.keys.since(host), "since, one host", 100},
 		{s.keys.holds(host), "holds, 10 targets", 1200},
 		{s.keys.holds(crowded), "holds, 1024 (the cap)", 180_000},
 		{s.keys.pace(host), "paces, 10 budgets", 1000},

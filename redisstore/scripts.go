@@ -38,10 +38,11 @@ end
 //
 //	KEYS[1] holds of the host   ARGV[1] target key   ARGV[2] hold (ms)
 //	KEYS[2] hosts               ARGV[3] active for (ms) after the hold
-//	                            ARGV[4] notice channel  ARGV[5] host
+//	KEYS[3] since               ARGV[4] notice channel  ARGV[5] host
 //	                            ARGV[6] max holds per host  ARGV[7] max hosts
 //
-// The host is published on the notice channel when no process had it active
+// The first throttle of a spell of activity is recorded in KEYS[3], which
+// lives as long as the host stays active. The host is published on the notice channel when no process had it active
 // (its first throttle) or when this throttle extends its activity by more
 // than half of ARGV[3], so that the others' local copies never lapse while
 // Redis still holds it. Returns {first (0 or 1), active remaining (ms)}.
@@ -64,6 +65,11 @@ if first == 1 or active - prev > activeFor / 2 then
   redis.call('PUBLISH', ARGV[4], (active - now) .. ' ' .. ARGV[5])
 end
 if prev and prev > active then active = prev end
+if first == 1 then
+  redis.call('SET', KEYS[3], now, 'PX', active - now)
+else
+  redis.call('PEXPIRE', KEYS[3], active - now)
+end
 return {first, active - now}
 `)
 
@@ -79,9 +85,10 @@ return r
 
 // stateScript answers what the fleet knows of one host:
 // {{target, remaining (ms), ...}, {budget, "rate burst", ...},
-// {budget, remaining, reset in (ms), ...}}.
+// {budget, remaining, reset in (ms), ...}, since its first throttle of the
+// spell (ms; -1 when unknown)}.
 //
-//	KEYS[1] holds   KEYS[2] pace   KEYS[3] announced
+//	KEYS[1] holds   KEYS[2] pace   KEYS[3] announced   KEYS[4] since
 var stateScript = redis.NewScript(nowMS + `
 local holds = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
 for i = 2, #holds, 2 do holds[i] = tonumber(holds[i]) - now end
@@ -95,7 +102,10 @@ for i = 1, #all, 2 do
     ann[#ann + 1] = tonumber(at) - now
   end
 end
-return {holds, redis.call('HGETALL', KEYS[2]), ann}
+local since = tonumber(redis.call('GET', KEYS[4]))
+local age = -1
+if since then age = math.max(now - since, 0) end
+return {holds, redis.call('HGETALL', KEYS[2]), ann, age}
 `)
 
 // announceScript records what the server announced of a budget. Servers

@@ -62,7 +62,7 @@ func (s *Store) SetHold(ctx context.Context, host, key string, until time.Time) 
 func (s *Store) State(ctx context.Context, host string) (HostState, error) {
 	r, err := call(ctx, s, "state", func(ctx context.Context) ([]interface{}, error) {
 		return stateScript.Run(ctx, s.rdb,
-			[]string{s.keys.holds(host), s.keys.pace(host), s.keys.announced(host)}).Slice()
+			[]string{s.keys.holds(host), s.keys.pace(host), s.keys.announced(host), s.keys.since(host)}).Slice()
 	})
 	if err != nil {
 		return HostState{}, fmt.Errorf("redisstore: state of host %q: %w", host, err)
@@ -75,7 +75,7 @@ func (s *Store) State(ctx context.Context, host string) (HostState, error) {
 }
 
 func (s *Store) parseState(host string, r []interface{}) (HostState, error) {
-	if len(r) != 3 {
+	if len(r) != 4 {
 		return HostState{}, fmt.Errorf("%w: unexpected reply of %d parts", ErrUnavailable, len(r))
 	}
 	now := s.cfg.now()
@@ -101,6 +101,9 @@ func (s *Store) parseState(host string, r []interface{}) (HostState, error) {
 		rem, _ := ann[i+1].(int64)
 		ms, _ := ann[i+2].(int64)
 		st.Announced[budget] = Announcement{Remaining: int(rem), Reset: now.Add(time.Duration(ms) * time.Millisecond)}
+	}
+	if age, _ := r[3].(int64); age >= 0 {
+		st.Throttled = now.Add(-time.Duration(age) * time.Millisecond)
 	}
 	return st, nil
 }

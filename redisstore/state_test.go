@@ -123,3 +123,40 @@ func TestAnnounce(t *testing.T) {
 		return err == nil && !ok
 	}, 2*time.Second, 5*time.Millisecond, "an announcement ends at its reset")
 }
+
+// The state says when the fleet first saw the host throttled in the spell
+// that keeps it active, on the reader's clock whatever the writer's, so
+// that a process can tell whether it joins the fleet's first wave.
+func TestStateSaysWhenTheHostWasFirstThrottled(t *testing.T) {
+	tests := []struct {
+		name  string
+		mark  func(ctx context.Context, s *Store) error
+		known bool
+	}{
+		{"hold", func(ctx context.Context, s *Store) error {
+			return s.SetHold(ctx, "graph.microsoft.com", "users", time.Now().Add(skew).Add(3*time.Second))
+		}, true},
+		{"mark", func(ctx context.Context, s *Store) error {
+			return s.MarkActive(ctx, "graph.microsoft.com")
+		}, true},
+		{"none", func(context.Context, *Store) error { return nil }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			writer := newStore(t, shared, WithClock(skewed(skew)))
+			reader := newStore(t, shared)
+			first := time.Now()
+			require.NoError(t, tt.mark(ctx, writer))
+			// A later throttle of the same spell leaves it.
+			require.NoError(t, tt.mark(ctx, writer))
+			st, err := reader.State(ctx, "graph.microsoft.com")
+			require.NoError(t, err)
+			if !tt.known {
+				assert.True(t, st.Throttled.IsZero())
+				return
+			}
+			assert.WithinDuration(t, first, st.Throttled, tolerance)
+		})
+	}
+}

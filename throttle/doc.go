@@ -114,7 +114,10 @@
 //     at most once a second; requests that come during that round trip
 //     wait for its answer): the holds become its held paths and URLs, each
 //     budget's pace (one process's) a budget paced at it, and each budget
-//     announced spent a budget, which its own answers tune from then on. A
+//     announced spent a budget, which its own answers tune from then on;
+//     joining the fleet's first wave (within firstWave of the host's first
+//     throttle, no pace yet), it counts the holds as its own throttles, and
+//     the budget they make searches through the fleet's schedule. A
 //     request a budget's pacer releases (unless the server announces that
 //     budget: each process paces it from its own answers, which all carry
 //     it) takes its slot in the budget's fleet-wide
@@ -131,7 +134,8 @@
 //     and probe, like a pacer's, count only the time the fleet kept it
 //     busy. The schedule alone spaces the releases: the process adds no
 //     spacing of its own, keeps at most maxReserving reservations under way
-//     per budget, and its pacer only learns, standing still meanwhile, for
+//     and its slots at most maxSlotsAhead ahead per budget, and its pacer
+//     only learns, standing still meanwhile, for
 //     when the store fails; the share it gives the fleet is what it
 //     fitted or followed. One rate, not a share per process, so that a process
 //     whose work ends first leaves nothing unused. The store fails open: an

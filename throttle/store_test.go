@@ -27,8 +27,10 @@ type memStore struct {
 
 	mu     sync.Mutex
 	active map[string]bool
-	holds  map[string]map[string]time.Time
-	paces  map[string]options.Pace
+	// throttled is when each host was first marked.
+	throttled map[string]time.Time
+	holds     map[string]map[string]time.Time
+	paces     map[string]options.Pace
 	// announced maps a host and a budget to what was announced of it.
 	announced map[string]map[string]options.Announcement
 	shares    map[string]map[*Queue]float64
@@ -47,7 +49,7 @@ type fleetThrottle struct {
 }
 
 func newMemStore(now func() time.Time) *memStore {
-	return &memStore{now: now, active: map[string]bool{}, holds: map[string]map[string]time.Time{},
+	return &memStore{now: now, active: map[string]bool{}, throttled: map[string]time.Time{}, holds: map[string]map[string]time.Time{},
 		paces: map[string]options.Pace{}, shares: map[string]map[*Queue]float64{}, tat: map[string]time.Time{}, calls: map[string]int{},
 		fitted: map[string]time.Duration{}, announced: map[string]map[string]options.Announcement{}}
 }
@@ -75,8 +77,15 @@ func (m *memStore) MarkActive(_ context.Context, host string) error {
 	if err := m.call("mark"); err != nil {
 		return err
 	}
-	m.active[host] = true
+	m.markLocked(host)
 	return nil
+}
+
+func (m *memStore) markLocked(host string) {
+	if !m.active[host] {
+		m.throttled[host] = m.now()
+	}
+	m.active[host] = true
 }
 
 func (m *memStore) SetHold(_ context.Context, host, key string, until time.Time) error {
@@ -85,7 +94,7 @@ func (m *memStore) SetHold(_ context.Context, host, key string, until time.Time)
 	if err := m.call("hold"); err != nil {
 		return err
 	}
-	m.active[host] = true
+	m.markLocked(host)
 	if m.holds[host] == nil {
 		m.holds[host] = map[string]time.Time{}
 	}
@@ -99,7 +108,8 @@ func (m *memStore) State(_ context.Context, host string) (options.FleetState, er
 	if err := m.call("state"); err != nil {
 		return options.FleetState{}, err
 	}
-	st := options.FleetState{Holds: map[string]time.Time{}, Paces: map[string]options.Pace{}, Announced: map[string]options.Announcement{}}
+	st := options.FleetState{Holds: map[string]time.Time{}, Paces: map[string]options.Pace{}, Announced: map[string]options.Announcement{},
+		Throttled: m.throttled[host]}
 	for k, v := range m.holds[host] {
 		st.Holds[k] = v
 	}
@@ -261,28 +271,33 @@ func TestStoreJoinerFollowsTheFleetsPace(t *testing.T) {
 	assert.True(t, n.shared)
 }
 
-// A process that joins while the fleet's first wave is under way (holds the
-// server named still run, no pace yet) takes the fleet's holds as its own
-// throttles: when they make a budget by the rule its own would, its
-// requests wait for the fleet's schedule rather than go at once into a
-// bucket the others emptied. Holds of an item or two make none.
+// A process that joins while the fleet's first wave is under way (within
+// firstWave of the fleet's first throttle, holds the server named still
+// run, no pace yet) takes the fleet's holds as its own throttles: when
+// they make a budget by the rule its own would, its requests wait for the
+// fleet's schedule rather than go at once into a bucket the others
+// emptied. Holds of an item or two make none, and a process joining later
+// sends its own first wave.
 func TestStoreJoinerTakesTheFleetsFirstWave(t *testing.T) {
 	tests := []struct {
 		name    string
-		held    []string // items held
-		heldFor time.Duration
-		budget  bool // a budget searches through the fleet's schedule
+		held    []string      // items held
+		heldFor time.Duration // from now
+		ago     time.Duration // since the fleet's first throttle
+		budget  bool          // a budget searches through the fleet's schedule
 	}{
-		{"a wave over many items", []string{"a", "b", "c", "d", "e"}, 3 * time.Second, true},
-		{"one item", []string{"a"}, 3 * time.Second, false},
-		{"two items", []string{"a", "b"}, 3 * time.Second, false},
-		{"holds already over", []string{"a", "b", "c", "d", "e"}, 0, false},
+		{"a wave over many items", []string{"a", "b", "c", "d", "e"}, 3 * time.Second, 10 * time.Millisecond, true},
+		{"one item", []string{"a"}, 3 * time.Second, 10 * time.Millisecond, false},
+		{"two items", []string{"a", "b"}, 3 * time.Second, 10 * time.Millisecond, false},
+		{"holds already over", []string{"a", "b", "c", "d", "e"}, 0, 10 * time.Millisecond, false},
+		{"a wave long past", []string{"a", "b", "c", "d", "e"}, 2 * time.Second, time.Second, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := clocktest.NewJumping(t0)
 			st := newMemStore(clk.Now)
 			st.active["graph.test"] = true
+			st.throttled["graph.test"] = t0.Add(-tt.ago)
 			st.holds["graph.test"] = map[string]time.Time{}
 			for _, id := range tt.held {
 				st.holds["graph.test"][options.HoldPathPrefix+"/v1.0/users/"+id] = t0.Add(tt.heldFor)
