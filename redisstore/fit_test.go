@@ -446,3 +446,49 @@ func TestClosedSpans(t *testing.T) {
 		})
 	}
 }
+
+// A search's first throttle ends it at once, as a process's pacer ends its
+// own: the server's bucket, empty at the host's first throttle, refilled
+// until the schedule's birth and ran dry at the throttled release; the
+// rate at which a bucket holding a tenth of a second of it does exactly
+// that, replaying the releases since the birth, is the server's. Without
+// the host's first throttle, or with too few releases, the throttle marks.
+func TestSearchFitsAtItsFirstThrottle(t *testing.T) {
+	const (
+		// 48 releases at 600/s since the birth, 40 ms after the host's
+		// first throttle: a bucket of 40 refilling at 400/s holds 16 at
+		// the birth and runs dry at the 48th (16 + 48*400/600 = 48).
+		releases = 48
+		span     = 80 * time.Millisecond
+		refill   = 40 * time.Millisecond
+	)
+	tests := []struct {
+		name     string
+		first    bool // the store knows the host's first throttle
+		releases int
+		fitted   bool
+		want     float64
+	}{
+		{"fits", true, releases, true, 400 * fitShare},
+		{"no first throttle known", false, releases, false, releases / span.Seconds()},
+		{"too few releases", true, minReleases - 1, false, (minReleases - 1) / span.Seconds()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := newSchedule(t, func(now int64) []any {
+				born := now - span.Microseconds()
+				return []any{"rate", 600, "step", searchDoubling.Microseconds(), "hold", 0,
+					"since", born, "born", born}
+			})
+			end := seedTimes(t, s, s.keys.released("h", "b"), "released", tt.releases, span, 0)
+			if tt.first {
+				first := (end - span.Microseconds() - refill.Microseconds()) / 1000
+				require.NoError(t, s.rdb.Set(ctx, s.keys.since("h"), first, time.Minute).Err())
+			}
+			require.NoError(t, s.Throttled(ctx, "h", "b", 0, 3*time.Second))
+			assert.Equal(t, !tt.fitted, searching(t, s), "the search ends only with a fit")
+			assert.InDelta(t, tt.want, fittedRate(t, s), tt.want/10)
+		})
+	}
+}

@@ -105,7 +105,7 @@ func (s *Store) scheduleArgs(p Pace, max time.Duration, budget string) []interfa
 
 func (s *Store) scheduleKeys(host, budget string) []string {
 	return []string{s.keys.schedule(host, budget), s.keys.shares(host, budget), s.keys.pace(host),
-		s.keys.released(host, budget), s.keys.refused(host, budget)}
+		s.keys.released(host, budget), s.keys.refused(host, budget), s.keys.since(host)}
 }
 
 // Reserve takes the next slot of a budget's fleet-wide release schedule, in

@@ -171,7 +171,8 @@ return 1
 //	       says it is closed, not slower: it lowers the rate no further
 //
 // and two sorted sets of send times (µs): KEYS[4] the releases the schedule
-// made, KEYS[5] the throttled ones the processes reported.
+// made, KEYS[5] the throttled ones the processes reported; KEYS[6] is when
+// the host's spell of activity began (ms; markScript).
 //
 // ARGV of both scripts: [1] share rate, [2] share burst, [3] max wait (µs),
 // [4] process token, [5] pace expiry (ms), [6] share window (µs), [7] budget,
@@ -325,8 +326,11 @@ return {1, wait, math.floor(rate * 1000), f}
 // ARGV[15] releases on, fits it; a mark older than ARGV[16] is too old to
 // say what the bucket did since, and a span over which the fleet released
 // at less than ARGV[18] of the schedule's rate left the bucket room to
-// fill: either is marked anew, the rate unchanged. A mark pauses the
-// search and only a fit ends it: a search whose mark's hold ended with no
+// fill: either is marked anew, the rate unchanged. A search's first
+// throttle fits at once, when the host's first throttle (KEYS[6]) says
+// when the server's bucket was last empty, by replaying the releases
+// since the schedule's birth. Otherwise a mark pauses the search and only
+// a fit ends it: a search whose mark's hold ended with no
 // throttle that fitted goes on doubling, and its next throttle marks anew.
 //
 // Returns {changed (0 or 1), rate (milli-requests per s)}.
@@ -401,6 +405,61 @@ local recent = math.min(tonumber(ARGV[17]), sent - math.max(born, busy))
 if recent >= tonumber(ARGV[14]) then
   local just = redis.call('ZCOUNT', KEYS[4], sent - recent, sent) * 1000000 / recent
   if just >= 1 and just < rate then rate = just end
+end
+-- A search's first throttle (or its first after a pause that fitted
+-- nothing) ends it, as a process's own pacer ends its search: the
+-- server's bucket was empty at the host's first throttle (KEYS[6]), when
+-- the fleet's first wave ran it dry, refilled until the schedule's birth,
+-- and was empty again at sent; it holds at least ARGV[9] s of its rate.
+-- The refill rate at which such a bucket, replaying the schedule's
+-- releases (less those refused) from its birth, first runs dry at sent is
+-- the server's. A bucket that held more, or releases the schedule never
+-- saw (a process not yet following it), only lower it. A mark and a
+-- second throttle, 20 releases on, cost the fleet's few workers not held
+-- by the first wave's Retry-After every request sent meanwhile above the
+-- server's rate.
+-- Without that first throttle (a Redis restarted empty) the bucket's state
+-- at the birth is a guess, and the search marks as below.
+local first = tonumber(redis.call('GET', KEYS[6]))
+if first and sched[6] and not mark and sent - born >= tonumber(ARGV[14]) then
+  local at = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. born, sent, 'WITHSCORES')
+  local refused = redis.call('ZCOUNT', KEYS[5], '(' .. born, '(' .. sent)
+  local refill = math.max(born - first * 1000, 0) / 1000000
+  local least = tonumber(ARGV[9])
+  local function dry(r)
+    local cap = math.max(1, least * r)
+    local tokens, prev, skip = math.min(cap, r * refill), born, refused
+    for i = 2, #at, 2 do
+      local t = tonumber(at[i])
+      tokens = math.min(cap, tokens + r * (t - prev) / 1000000)
+      prev = t
+      if skip > 0 and i < #at then
+        skip = skip - 1
+      else
+        tokens = tokens - 1
+        if tokens < 0 then return true end
+      end
+    end
+    return false
+  end
+  local most = rateAt(sent, sched, sum, sburst)
+  if #at / 2 - refused >= tonumber(ARGV[15]) and not dry(most) then
+    local lo, hi = 0, most
+    for _ = 1, 30 do
+      local mid = (lo + hi) / 2
+      if dry(mid) then lo = mid else hi = mid end
+    end
+    local before = rate
+    rate = math.max(1, math.min(rate, hi * tonumber(ARGV[13])))
+    redis.call('HSET', KEYS[1], 'rate', string.format('%.6g', rate), 'since', string.format('%.0f', now),
+      'hold', ARGV[12], 'mark', string.format('%.0f', sent))
+    if rate < before then
+      redis.call('HSET', KEYS[1], 'closed', string.format('%.0f', now + tonumber(ARGV[20])))
+    end
+    redis.call('HDEL', KEYS[1], 'step', 'idle')
+    expire(tonumber(sched[1]))
+    return {1, math.floor(rate * 1000)}
+  end
 end
 -- A search's mark holds for two of its steps, long enough to hear of the
 -- releases made at the held rate: a fit, or none, and the search resumes.

@@ -126,8 +126,12 @@
 //     process's pacer does, for the whole fleet: from the sum of where the
 //     processes' own searches started, each from its part of the first wave;
 //     each throttle of a release it made is told to it (Throttled): the
-//     first pauses the search at what the fleet sent just before, the
-//     search resumes if no throttle fits while it pauses, and from two
+//     first ends the search with the rate a replay of the schedule's
+//     releases since its birth fits, as a pacer's does (the bucket empty at
+//     the host's first throttle, refilled until the birth); when that
+//     cannot be read, it pauses the search at what the fleet sent just
+//     before, the search resumes if no throttle fits while it pauses, and
+//     from two
 //     throttles it fits the budget's one rate (what the fleet sent between
 //     them, less what was throttled, over the time between, when the fleet
 //     kept the schedule busy meanwhile), which ends the search; its hold
