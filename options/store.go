@@ -61,6 +61,18 @@ type SlotStore interface {
 	Acquire(ctx context.Context, host, key string, limit int) (Slot, time.Duration, error)
 }
 
+// PaceStore is a Store that also takes a pace a process publishes by
+// itself, outside any reservation: the queue publishes the pace a budget's
+// search starts from at its first throttle, so that a process joining
+// while every request of the fleet waits out a Retry-After (and so
+// reserves nothing) is paced from its first request.
+type PaceStore interface {
+	Store
+	// SetPace publishes p as the pace one process releases budget of
+	// host at; State returns it.
+	SetPace(ctx context.Context, host, budget string, p Pace) error
+}
+
 // Slot is one slot of a fleet-wide concurrency cap, held until Release.
 type Slot interface {
 	// Release gives the slot back to the fleet; a release that fails

@@ -41,7 +41,10 @@ type Announcement = options.Announcement
 type HostState = options.FleetState
 
 // The store is the throttle queue's fleet store.
-var _ options.SlotStore = (*Store)(nil)
+var (
+	_ options.SlotStore = (*Store)(nil)
+	_ options.PaceStore = (*Store)(nil)
+)
 
 // SetHold records that the server holds target key of host until until
 // (on this process's clock: Redis keeps the duration from its own now) and

@@ -117,7 +117,11 @@
 //     announced spent a budget, which its own answers tune from then on;
 //     joining the fleet's first wave (within firstWave of the host's first
 //     throttle, no pace yet), it counts the holds as its own throttles, and
-//     the budget they make searches through the fleet's schedule. A
+//     the budget they make searches through the fleet's schedule. With an
+//     options.PaceStore, a budget's first throttle publishes the pace its
+//     search starts from, which a process joining while the fleet's
+//     requests all wait out a Retry-After (and so reserve nothing) follows.
+//     A
 //     request a budget's pacer releases (unless the server announces that
 //     budget: each process paces it from its own answers, which all carry
 //     it) takes its slot in the budget's fleet-wide

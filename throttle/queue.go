@@ -306,7 +306,9 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		if p.fleet && p.budget != nil {
 			note.budget, note.ago, note.retryAfter = p.budget.key, now.Sub(p.Sent), hold
 		}
-		if q.throttled(s, t, p, now, end) == nil && hold > 0 {
+		if n := q.throttled(s, t, p, now, end); n != nil {
+			q.paceNote(&note, n, now)
+		} else if hold > 0 {
 			note.hold, note.until = t.path, end
 		}
 	case Succeeded:

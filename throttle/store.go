@@ -395,6 +395,26 @@ type fleetNote struct {
 	spent       bool
 	spentBudget string
 	reset       time.Time
+	// pace, when paceBudget is set, is the pace the budget's search starts
+	// from, for the fleet to follow.
+	pace       options.Pace
+	paceBudget string
+}
+
+// paceNote has note publish the pace budget n's search starts from, once
+// per budget, when the store takes paces (options.PaceStore): a process
+// that joins while every request of the fleet waits out the first wave's
+// Retry-After finds no pace a reservation published (nothing reserves),
+// and its own first requests, sent at once, would each meet the bucket
+// the first wave emptied. The caller holds the host's lock.
+func (q *Queue) paceNote(note *fleetNote, n *node, now time.Time) {
+	if _, ok := q.store.(options.PaceStore); !ok || n.paceTold {
+		return
+	}
+	if p, ok := q.fleetShare(n, now); ok {
+		n.paceTold = true
+		note.pace, note.paceBudget = p, n.key
+	}
 }
 
 // spentNote has note tell the fleet that the answer announced budget n,
@@ -428,6 +448,9 @@ func (q *Queue) tell(n *fleetNote) {
 
 	if n.spent {
 		_ = q.store.Announce(ctx, n.host, n.spentBudget, 0, n.reset)
+	}
+	if ps, ok := q.store.(options.PaceStore); ok && n.paceBudget != "" {
+		_ = ps.SetPace(ctx, n.host, n.paceBudget, n.pace)
 	}
 	if n.hold != "" && n.until.After(now) {
 		n.s.fleet.marked.Store(now.UnixNano())

@@ -650,3 +650,79 @@ func TestStoreHoldsFewSlotsAhead(t *testing.T) {
 			"no slot was taken further ahead than the process holds them")
 	})
 }
+
+// pacingStore is a memStore that also takes paces published outside a
+// reservation (options.PaceStore).
+type pacingStore struct {
+	*memStore
+	published []string // budgets SetPace was given
+}
+
+func (p *pacingStore) SetPace(_ context.Context, _, budget string, pace options.Pace) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.call("pace"); err != nil {
+		return err
+	}
+	p.paces[budget] = pace
+	p.published = append(p.published, budget)
+	return nil
+}
+
+// A budget's first throttle publishes the pace its search starts from,
+// once, to a store that takes paces: a process that joins while every
+// request of the fleet waits out the first wave's Retry-After (so that
+// nothing reserves, and no reservation publishes a pace) follows it from
+// its first request, rather than send them all at once.
+func TestStorePublishesTheSearchsPace(t *testing.T) {
+	tests := []struct {
+		name   string
+		pacing bool
+	}{
+		{"a store that takes paces", true},
+		{"a store that does not", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktest.NewJumping(t0)
+			mem := newMemStore(clk.Now)
+			ps := &pacingStore{memStore: mem}
+			var st options.Store = mem
+			if tt.pacing {
+				st = ps
+			}
+			a := New(clk, options.QueueOptions{Store: st})
+			ctx := context.WithValue(context.Background(), queueKey{}, a)
+			// Process a's first wave: six users throttled at once make
+			// users a budget, which starts searching.
+			for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
+				req := get(t, graph+"/v1.0/users/"+id, "")
+				p, err := a.Admit(ctx, req, time.Time{}, time.Time{}, nil)
+				require.NoError(t, err)
+				a.Report(req, p, Throttled, 3*time.Second, nil, clk.Now)
+			}
+			s := a.state("graph.test", false, time.Time{})
+			require.NotNil(t, s)
+			n := s.nodes["users"]
+			require.NotNil(t, n)
+			require.True(t, n.shared, "the first wave made users a budget")
+			if !tt.pacing {
+				assert.Zero(t, mem.count("pace"))
+				return
+			}
+			assert.Equal(t, []string{"users"}, ps.published, "published once, for the budget")
+			assert.Positive(t, mem.paces["users"].Rate, "the pace the search starts from")
+			reserved := mem.count("reserve")
+
+			// Process b joins with every request of a's waiting: it
+			// follows that pace through the fleet's schedule.
+			b := New(clk, options.QueueOptions{Store: st})
+			bctx := context.WithValue(context.Background(), queueKey{}, b)
+			req := get(t, graph+"/v1.0/users/z", "")
+			p, err := b.Admit(bctx, req, time.Time{}, time.Time{}, nil)
+			require.NoError(t, err)
+			b.Report(req, p, Succeeded, 0, nil, clk.Now)
+			assert.Equal(t, reserved+1, mem.count("reserve"), "b's first request took a slot")
+		})
+	}
+}

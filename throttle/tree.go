@@ -100,9 +100,12 @@ type node struct {
 	reserving int
 	// slotsUntil is the latest slot of that schedule this process took.
 	slotsUntil time.Time
-	successes  waveCount // successes below it since it exists
-	throttles  waveCount // throttles below it, counted the same way
-	even       evenness
+	// paceTold is set once this process published the pace its pacer's
+	// search starts from (options.PaceStore).
+	paceTold  bool
+	successes waveCount // successes below it since it exists
+	throttles waveCount // throttles below it, counted the same way
+	even      evenness
 }
 
 // mark is a throttled child counting towards its parent's spread until
