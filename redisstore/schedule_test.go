@@ -41,6 +41,24 @@ func TestReserveSchedule(t *testing.T) {
 	assertSlot(t, 500*time.Millisecond+ShareWindow, ttl, first, "the schedule expires a share window after its last slot")
 }
 
+// A schedule is born of a throttle, when the server's bucket is empty: its
+// first slots come one interval apart, with no burst, the first a token's
+// time away.
+func TestReserveFreshScheduleHasNoBurst(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, shared)
+	// The search starts at 100/s, whose burst would be 10 slots at once.
+	p := Pace{Rate: 100, Burst: 10}
+	want := []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 30 * time.Millisecond}
+	first := time.Now()
+	for i := range want {
+		res, err := s.Reserve(ctx, "h", "b", p, time.Minute)
+		require.NoError(t, err)
+		require.True(t, res.OK)
+		assertSlot(t, want[i], res.Wait, first, "reservation %d", i)
+	}
+}
+
 // A slot further than the caller can wait is not taken: the next caller
 // gets the slot it would have had.
 func TestReserveBeyondMaxTakesNothing(t *testing.T) {

@@ -256,7 +256,9 @@ end
 // wait longer than the caller can is not made, so that a caller who gives up
 // leaves no hole in the schedule.
 //
-// The schedule's rate is the one the fleet's throttles fitted (see
+// A schedule is born of a throttle, when the server's bucket is empty: its
+// first slot is one interval away, and no burst goes at its birth. The
+// schedule's rate is the one the fleet's throttles fitted (see
 // throttleScript), or until then the sum of the rates the processes that
 // reserved within the share window gave: each reservation records its
 // process's rate and burst, with Redis's time, in KEYS[2]. The pace one
@@ -270,7 +272,8 @@ redis.call('HSET', KEYS[2], ARGV[4], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. string.
 redis.call('PEXPIRE', KEYS[2], math.ceil(window / 1000) + 1)
 local sum, sburst, n = shares()
 local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle')
-if not sched[2] then
+local fresh = not sched[2]
+if fresh then
   -- The schedule's first release begins the fleet's search for the
   -- budget's rate: from the processes' paces, doubling every ARGV[11],
   -- until a throttle stops it.
@@ -294,6 +297,10 @@ redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[5]))
 local interval = math.max(1, math.floor(1000000 / rate))
 local tat = tonumber(sched[1])
 if not tat or tat < now then tat = now end
+-- A schedule is born of a throttle: the server's bucket is empty, and a
+-- burst of its first slots would meet it all at once. Its first release
+-- waits for a token, as a pacer's does after a throttle.
+if fresh then tat = now + burst * interval end
 tat = tat + interval
 local wait = math.ceil(tat - burst * interval - now)
 if wait < 0 then wait = 0 end
