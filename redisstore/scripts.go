@@ -353,6 +353,20 @@ if rate <= 0 then return {0, 0} end
 -- Within the wait a lowering fit's throttle named, the server may refuse
 -- whatever is sent until it ends.
 local closing = sent < (tonumber(sched[10]) or 0)
+-- fitted sets the schedule's rate to r, fitted from the throttle sent at
+-- sent, which ends a search: held for ARGV[12], the bucket marked empty
+-- at sent. A fit that lowers the rate from before, outside such a wait,
+-- begins one.
+local function fitted(r, before)
+  redis.call('HSET', KEYS[1], 'rate', string.format('%.6g', r), 'since', string.format('%.0f', now),
+    'hold', ARGV[12], 'mark', string.format('%.0f', sent))
+  if not closing and r < before then
+    redis.call('HSET', KEYS[1], 'closed', string.format('%.0f', now + tonumber(ARGV[20])))
+  end
+  redis.call('HDEL', KEYS[1], 'step', 'idle')
+  expire(tonumber(sched[1]))
+  return {1, math.floor(r * 1000)}
+end
 local since = tonumber(sched[3])
 if since and sent <= since + 2 * ago then return {0, math.floor(rate * 1000)} end
 -- The first of the fleet's releases meet what its processes sent before
@@ -388,16 +402,7 @@ if mark and span >= tonumber(ARGV[14]) and span <= tonumber(ARGV[16]) then
     local fit = math.max(accepted, 1) * 1000000 / span * tonumber(ARGV[13])
     -- One fit never more than halves the rate: a noisy span, or other
     -- traffic on the server's budget, slows the fleet by steps.
-    local before = rate
-    rate = math.max(fit, rate / 2)
-    redis.call('HSET', KEYS[1], 'rate', string.format('%.6g', rate), 'since', string.format('%.0f', now),
-      'hold', ARGV[12], 'mark', string.format('%.0f', sent))
-    if not closing and rate < before then
-      redis.call('HSET', KEYS[1], 'closed', string.format('%.0f', now + tonumber(ARGV[20])))
-    end
-    redis.call('HDEL', KEYS[1], 'step', 'idle')
-    expire(tonumber(sched[1]))
-    return {1, math.floor(rate * 1000)}
+    return fitted(math.max(fit, rate / 2), rate)
   end
 end
 if mark and span >= 0 and span <= tonumber(ARGV[16]) then return {0, math.floor(rate * 1000)} end
@@ -456,16 +461,7 @@ if first and sched[6] and not mark and sent - born >= tonumber(ARGV[14]) then
       local mid = (lo + hi) / 2
       if dry(mid) then lo = mid else hi = mid end
     end
-    local before = rate
-    rate = math.max(1, math.min(rate, hi * tonumber(ARGV[13])))
-    redis.call('HSET', KEYS[1], 'rate', string.format('%.6g', rate), 'since', string.format('%.0f', now),
-      'hold', ARGV[12], 'mark', string.format('%.0f', sent))
-    if rate < before then
-      redis.call('HSET', KEYS[1], 'closed', string.format('%.0f', now + tonumber(ARGV[20])))
-    end
-    redis.call('HDEL', KEYS[1], 'step', 'idle')
-    expire(tonumber(sched[1]))
-    return {1, math.floor(rate * 1000)}
+    return fitted(math.max(1, math.min(rate, hi * tonumber(ARGV[13]))), rate)
   end
 end
 -- A search's mark holds for two of its steps, long enough to hear of the
