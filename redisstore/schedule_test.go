@@ -59,6 +59,35 @@ func TestReserveFreshScheduleHasNoBurst(t *testing.T) {
 	}
 }
 
+// A schedule's search starts from the higher of its processes' paces and
+// the pace a throttled process published: the first to reserve may have
+// joined with no wave of its own while every other request waits out a
+// Retry-After.
+func TestReserveSearchStartsFromAPublishedPace(t *testing.T) {
+	tests := []struct {
+		name      string
+		published float64 // 0: none
+		want      float64
+	}{
+		{"published", 200, 200},
+		{"none", 0, 5},
+		{"lower", 2, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := newStore(t, shared)
+			if tt.published > 0 {
+				require.NoError(t, s.SetPace(ctx, "h", "b", Pace{Rate: tt.published, Burst: 1}))
+			}
+			_, err := s.Reserve(ctx, "h", "b", Pace{Rate: 5, Burst: 1}, time.Minute)
+			require.NoError(t, err)
+			assert.InDelta(t, tt.want, fittedRate(t, s), 0.01)
+			assert.True(t, searching(t, s))
+		})
+	}
+}
+
 // A slot further than the caller can wait is not taken: the next caller
 // gets the slot it would have had.
 func TestReserveBeyondMaxTakesNothing(t *testing.T) {

@@ -276,8 +276,12 @@ local fresh = not sched[2]
 if fresh then
   -- The schedule's first release begins the fleet's search for the
   -- budget's rate: from the processes' paces, doubling every ARGV[11],
-  -- until a throttle stops it.
-  sched[2], sched[3], sched[4], sched[6] = string.format('%.6g', math.max(sum, 1)), string.format('%.0f', now), '0', ARGV[11]
+  -- until a throttle stops it. A process whose throttle made the
+  -- budget published the pace its search starts from (SetPace); the
+  -- first to reserve may be one that only joined, with no wave of its
+  -- own, while the others' requests all wait out a Retry-After.
+  local published = tonumber(string.match(redis.call('HGET', KEYS[3], ARGV[7]) or '', '^(%S+) '))
+  sched[2], sched[3], sched[4], sched[6] = string.format('%.6g', math.max(sum, published or 0, 1)), string.format('%.0f', now), '0', ARGV[11]
   redis.call('HSET', KEYS[1], 'rate', sched[2], 'since', sched[3], 'hold', sched[4], 'step', sched[6])
 end
 -- A slot due before now that nobody took was time with nothing waiting.
