@@ -128,7 +128,8 @@
 //     schedule (Reserve, one round trip), which sees every release of the
 //     fleet. From its first release it searches for the budget's rate as one
 //     process's pacer does, for the whole fleet: from the sum of where the
-//     processes' own searches started, each from its part of the first wave;
+//     processes' own searches started, each from its part of the first wave
+//     (or the pace a throttled process published, when higher);
 //     each throttle of a release it made is told to it (Throttled): the
 //     first ends the search with the rate a replay of the schedule's
 //     releases since its birth fits, as a pacer's does (the bucket empty at
