@@ -142,7 +142,7 @@ func (q *Queue) readFleet(ctx context.Context, host string, s *hostState) *hostS
 	s.activate()
 	s.seen.Store(now.Unix())
 	if err == nil {
-		q.adopt(s, st, now)
+		q.adopt(s, host, st, now)
 	}
 	return s
 }
@@ -165,7 +165,7 @@ func awaitJoin(ctx context.Context, s *hostState, done <-chan struct{}) *hostSta
 // s.mu. A hold becomes this process's hold of its URL or path; a pace
 // becomes a budget paced at it, as if this process had learned it (its
 // throttles then tune it as its own).
-func (q *Queue) adopt(s *hostState, st options.FleetState, now time.Time) {
+func (q *Queue) adopt(s *hostState, host string, st options.FleetState, now time.Time) {
 	for key, until := range st.Holds {
 		if !until.After(now) {
 			continue
@@ -215,7 +215,7 @@ func (q *Queue) adopt(s *hostState, st options.FleetState, now time.Time) {
 			ap.follow(p.Rate, now)
 		}
 	}
-	q.searchFleet(s, st, now)
+	q.searchFleet(s, host, st, now)
 	q.prune(s, now)
 }
 
@@ -234,7 +234,7 @@ func (q *Queue) adopt(s *hostState, st options.FleetState, now time.Time) {
 // of them throttled and every one of its workers wait out the
 // Retry-After: 20 processes started within 35 ms lost 193 of their 200
 // workers to a first wave that, sent by one process, costs about 160.
-func (q *Queue) searchFleet(s *hostState, st options.FleetState, now time.Time) {
+func (q *Queue) searchFleet(s *hostState, host string, st options.FleetState, now time.Time) {
 	if len(st.Paces) > 0 || st.Throttled.IsZero() || now.Sub(st.Throttled) > firstWave {
 		return
 	}
@@ -256,8 +256,7 @@ func (q *Queue) searchFleet(s *hostState, st options.FleetState, now time.Time) 
 		if !ok || !end.After(now) {
 			continue
 		}
-		t := &target{path: path, url: path, segs: q.segments(path)}
-		if n := q.attribute(s, t.keys(), now, false); n != nil && (found == nil || n.depth < found.depth) {
+		if n := q.attribute(s, q.pathTarget(host, path).keys(), now, false); n != nil && (found == nil || n.depth < found.depth) {
 			found = n
 		}
 		until = later(until, end)

@@ -44,12 +44,16 @@ func hostKey(req *http.Request) string {
 
 func (q *Queue) newTarget(req *http.Request) *target {
 	u := req.URL
-	t := &target{host: hostKey(req), path: u.Path, url: u.Path}
+	t := q.pathTarget(hostKey(req), u.Path)
 	if u.RawQuery != "" {
 		t.url = u.Path + "?" + u.RawQuery
 	}
-	t.segs = q.segments(u.Path)
 	return t
+}
+
+// pathTarget returns the target of path on host, with no query.
+func (q *Queue) pathTarget(host, path string) *target {
+	return &target{host: host, path: path, url: path, segs: q.segments(path)}
 }
 
 // segments returns the segments of path below its service root: below the
