@@ -158,6 +158,19 @@ func runSpread(t *testing.T, srv *spreadServer, n, c int, url func(i int) (metho
 			srv.trace = map[string][]string{}
 			defer func() {
 				t.Logf("successes per 250 ms: %v", srv.hist)
+				bins := map[string][]int{}
+				for _, tr := range srv.trace {
+					for _, e := range tr {
+						_, rest, _ := strings.Cut(e, ":")
+						st, at, _ := strings.Cut(rest, "@")
+						f, _ := strconv.ParseFloat(at, 64)
+						if bins[st] == nil {
+							bins[st] = make([]int, 40)
+						}
+						bins[st][min(int(f*4), 39)]++
+					}
+				}
+				t.Logf("attempts per 250 ms, by status: %v", bins)
 				for id, tr := range srv.trace {
 					if len(tr) >= 3 {
 						t.Logf("request %s: %v", id, tr)
