@@ -69,7 +69,9 @@ type SlotStore interface {
 type PaceStore interface {
 	Store
 	// SetPace publishes p as the pace one process releases budget of
-	// host at; State returns it.
+	// host at; State returns it. A store with a fleet-wide schedule also
+	// counts p as this process's share of the budget's rate, as it
+	// counts a reservation's pace.
 	SetPace(ctx context.Context, host, budget string, p Pace) error
 }
 

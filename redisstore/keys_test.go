@@ -42,6 +42,10 @@ func TestKeyMemory(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, s.Throttled(ctx, host, "users", time.Millisecond, 3*time.Second))
+	// The shares of a fleet of 20 processes.
+	for range 19 {
+		require.NoError(t, newStoreOn(t, rdb, WithPrefix(DefaultPrefix)).SetPace(ctx, host, "users", Pace{Rate: 5, Burst: 1}))
+	}
 	var slots []options.Slot
 	for range mailboxLimit {
 		sl, _, err := s.Acquire(ctx, host, "users/00000000-0000-0000-0000-000000000000", mailboxLimit)
@@ -60,6 +64,7 @@ func TestKeyMemory(t *testing.T) {
 		{s.keys.pace(host), "paces, 10 budgets", 1000},
 		{s.keys.announced(host), "announced, 10 budgets", 700},
 		{s.keys.schedule(host, "users"), "schedule, one budget", 250},
+		{s.keys.shares(host, "users"), "shares, 20 processes", 1300},
 		{s.keys.released(host, "users"), "send times, 400", 55_000},
 		{s.keys.refused(host, "users"), "throttle times, 1", 200},
 		{s.keys.slots(host, "users/00000000-0000-0000-0000-000000000000"), "slots, 4 held", 500},

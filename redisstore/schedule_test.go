@@ -88,6 +88,21 @@ func TestReserveSearchStartsFromAPublishedPace(t *testing.T) {
 	}
 }
 
+// Every process that published the pace its search starts from counts in
+// the schedule's first rate, as if it had reserved: the fleet's first wave
+// was theirs too, though their requests all wait out its Retry-After and
+// reserve nothing.
+func TestReserveSearchStartsFromEveryPublishedShare(t *testing.T) {
+	ctx := context.Background()
+	a, b, c := newStore(t, shared), newStore(t, shared), newStore(t, shared)
+	require.NoError(t, a.SetPace(ctx, "h", "b", Pace{Rate: 100, Burst: 10}))
+	require.NoError(t, b.SetPace(ctx, "h", "b", Pace{Rate: 200, Burst: 20}))
+	_, err := c.Reserve(ctx, "h", "b", Pace{Rate: 5, Burst: 1}, time.Minute)
+	require.NoError(t, err)
+	assert.InDelta(t, 305, fittedRate(t, c), 0.01, "a's and b's shares, and c's own")
+	assert.True(t, searching(t, c))
+}
+
 // A slot further than the caller can wait is not taken: the next caller
 // gets the slot it would have had.
 func TestReserveBeyondMaxTakesNothing(t *testing.T) {

@@ -13,7 +13,7 @@ import "github.com/redis/go-redis/v9"
 // %.14g is exact.
 
 // scripts are loaded into Redis whenever the notice listener (re)subscribes.
-var scripts = []*redis.Script{markScript, hostsScript, stateScript, announceScript, reserveScript, throttleScript, acquireScript, renewScript}
+var scripts = []*redis.Script{markScript, hostsScript, stateScript, announceScript, paceScript, reserveScript, throttleScript, acquireScript, renewScript}
 
 // nowMS is the preamble of the millisecond scripts.
 const nowMS = `
@@ -106,6 +106,26 @@ local since = tonumber(redis.call('GET', KEYS[4]))
 local age = -1
 if since then age = math.max(now - since, 0) end
 return {holds, redis.call('HGETALL', KEYS[2]), ann, age}
+`)
+
+// paceScript publishes the pace one process releases a budget at: for
+// processes that join later (State), and as the process's share of the
+// budget's fleet-wide rate, as a reservation records it (reserveScript). A
+// process whose every request waits out the first wave's Retry-After
+// reserves nothing, yet its part of that wave is what the server let
+// through as much as the others': counted, the schedule's search starts
+// from the whole wave's successes, as one process's pacer does.
+//
+//	KEYS[1] pace   KEYS[2] shares   ARGV[1] budget   ARGV[2] "rate burst"
+//	ARGV[3] pace TTL (ms)   ARGV[4] process token   ARGV[5] share window (µs)
+var paceScript = redis.NewScript(`
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+redis.call('HSET', KEYS[2], ARGV[4], ARGV[2] .. ' ' .. string.format('%.0f', now))
+redis.call('PEXPIRE', KEYS[2], math.ceil(tonumber(ARGV[5]) / 1000) + 1)
+return 1
 `)
 
 // announceScript records what the server announced of a budget. Servers

@@ -113,18 +113,18 @@ func (s *Store) parseState(host string, r []interface{}) (HostState, error) {
 
 // SetPace publishes the pace this process learned for a budget of host, so
 // that the others, and processes joining later, pace by it. The last
-// writer wins; the pace expires PaceFor after its last update.
+// writer wins; the pace expires PaceFor after its last update. It also
+// counts as this process's share of the budget's fleet-wide rate for
+// ShareWindow, as a reservation's pace does (Reserve): a process whose
+// requests all wait out a Retry-After reserves nothing, yet what the
+// server let it through is part of what the fleet's search starts from.
 func (s *Store) SetPace(ctx context.Context, host, budget string, p Pace) error {
 	if err := validatePace(p); err != nil {
 		return fmt.Errorf("redisstore: pace of %s/%s: %w", host, budget, err)
 	}
-	k := s.keys.pace(host)
-	_, err := call(ctx, s, "pace", func(ctx context.Context) (struct{}, error) {
-		pipe := s.rdb.TxPipeline()
-		pipe.HSet(ctx, k, budget, formatPace(p))
-		pipe.PExpire(ctx, k, s.cfg.paceFor)
-		_, err := pipe.Exec(ctx)
-		return struct{}{}, err
+	_, err := call(ctx, s, "pace", func(ctx context.Context) (int64, error) {
+		return paceScript.Run(ctx, s.rdb, []string{s.keys.pace(host), s.keys.shares(host, budget)},
+			budget, formatPace(p), s.cfg.paceFor.Milliseconds(), s.token, ShareWindow.Microseconds()).Int64()
 	})
 	if err != nil {
 		return fmt.Errorf("redisstore: pace of %s/%s: %w", host, budget, err)

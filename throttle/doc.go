@@ -129,7 +129,8 @@
 //     fleet. From its first release it searches for the budget's rate as one
 //     process's pacer does, for the whole fleet: from the sum of where the
 //     processes' own searches started, each from its part of the first wave
-//     (or the pace a throttled process published, when higher);
+//     (a process whose requests all wait, and so reserve nothing, counts
+//     by the pace it published), or the pace one published, when higher;
 //     each throttle of a release it made is told to it (Throttled): the
 //     first ends the search with the rate a replay of the schedule's
 //     releases since its birth fits, as a pacer's does (the bucket empty at
