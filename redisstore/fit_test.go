@@ -468,18 +468,31 @@ func TestSearchFitsAtItsFirstThrottle(t *testing.T) {
 		releases int
 		fitted   bool
 		want     float64
+		// emptied is how long before the birth a process published its
+		// pace at its first throttle: the bucket was empty then too; 0:
+		// none did.
+		emptied time.Duration
 	}{
-		{"fits", true, releases, true, 400 * fitShare},
-		{"no first throttle known", false, releases, false, releases / span.Seconds()},
-		{"too few releases", true, minReleases - 1, false, (minReleases - 1) / span.Seconds()},
+		{"fits", true, releases, true, 400 * fitShare, 0},
+		{"no first throttle known", false, releases, false, releases / span.Seconds(), 0},
+		{"too few releases", true, minReleases - 1, false, (minReleases - 1) / span.Seconds(), 0},
+		// The bucket, empty again 20 ms before the birth, held 8 at the
+		// birth at 400/s: the 48 releases need 500/s to run it dry only
+		// at the last (8 + 48*500/600 = 48); read from the host's first
+		// throttle alone, 400/s.
+		{"a later process emptied it", true, releases, true, 500 * fitShare, 20 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			s := newSchedule(t, func(now int64) []any {
 				born := now - span.Microseconds()
-				return []any{"rate", 600, "step", searchDoubling.Microseconds(), "hold", 0,
+				fields := []any{"rate", 600, "step", searchDoubling.Microseconds(), "hold", 0,
 					"since", born, "born", born}
+				if tt.emptied > 0 {
+					fields = append(fields, "empty", born-tt.emptied.Microseconds())
+				}
+				return fields
 			})
 			end := seedTimes(t, s, s.keys.released("h", "b"), "released", tt.releases, span, 0)
 			if tt.first {

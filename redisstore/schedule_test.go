@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,6 +102,18 @@ func TestReserveSearchStartsFromEveryPublishedShare(t *testing.T) {
 	require.NoError(t, err)
 	assert.InDelta(t, 305, fittedRate(t, c), 0.01, "a's and b's shares, and c's own")
 	assert.True(t, searching(t, c))
+	// b's publication, the latest, says when the bucket was last empty.
+	shares, err := c.rdb.HGetAll(ctx, c.keys.shares("h", "b")).Result()
+	require.NoError(t, err)
+	var latest string
+	for tok, v := range shares {
+		if tok == b.token {
+			latest = v[strings.LastIndexByte(v, ' ')+1:]
+		}
+	}
+	empty, err := c.rdb.HGet(ctx, c.keys.schedule("h", "b"), "empty").Result()
+	require.NoError(t, err)
+	assert.Equal(t, latest, empty)
 }
 
 // A slot further than the caller can wait is not taken: the next caller

@@ -171,6 +171,9 @@ return 1
 //	step   how often a search doubles the rate (µs), from the schedule's
 //	       first release until a fit ends the search; absent after
 //	born   when the schedule made its first release (µs)
+//	empty  the latest time before the birth that a process published its
+//	       pace at its first throttle (µs): the server's bucket was empty
+//	       then too, not only at the host's first throttle
 //	mark   when a throttled request was sent (µs): the server's bucket was
 //	       empty then, and what it accepted from then to the next throttle
 //	       is its rate
@@ -288,11 +291,24 @@ end
 // Returns {reserved (0 or 1), wait (µs), rate (milli-requests per s),
 // fitted (0 or 1)}.
 var reserveScript = redis.NewScript(fleetRate + `
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle')
+local fresh = not sched[2]
+-- Before a schedule's birth the shares are the paces the processes
+-- published at their first throttles (SetPace), and the latest says when
+-- the server's bucket was last found empty: the processes that start last
+-- send their first requests into it after the host's first throttle, and
+-- spend what it refilled meanwhile.
+local empty = 0
+if fresh then
+  local all = redis.call('HGETALL', KEYS[2])
+  for i = 2, #all, 2 do
+    local at = tonumber(string.match(all[i], ' (%d+)$'))
+    if at and at > empty and at > now - window then empty = at end
+  end
+end
 redis.call('HSET', KEYS[2], ARGV[4], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. string.format('%.0f', now))
 redis.call('PEXPIRE', KEYS[2], math.ceil(window / 1000) + 1)
 local sum, sburst, n = shares()
-local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle')
-local fresh = not sched[2]
 if fresh then
   -- The schedule's first release begins the fleet's search for the
   -- budget's rate: from the processes' paces, doubling every ARGV[11],
@@ -303,6 +319,7 @@ if fresh then
   local published = tonumber(string.match(redis.call('HGET', KEYS[3], ARGV[7]) or '', '^(%S+) '))
   sched[2], sched[3], sched[4], sched[6] = string.format('%.6g', math.max(sum, published or 0, 1)), string.format('%.0f', now), '0', ARGV[11]
   redis.call('HSET', KEYS[1], 'rate', sched[2], 'since', sched[3], 'hold', sched[4], 'step', sched[6])
+  if empty > 0 then redis.call('HSET', KEYS[1], 'empty', string.format('%.0f', empty)) end
 end
 -- A slot due before now that nobody took was time with nothing waiting.
 -- Such a reservation always takes its slot at once and moves the TAT on,
@@ -370,7 +387,7 @@ local ago = tonumber(ARGV[11])
 local sent = now - ago
 redis.call('ZADD', KEYS[5], sent, string.format('%.0f %s', now, ARGV[4]))
 keep(KEYS[5])
-local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle', 'born', 'busy', 'closed')
+local sched = redis.call('HMGET', KEYS[1], 'tat', 'rate', 'since', 'hold', 'mark', 'step', 'idle', 'born', 'busy', 'closed', 'empty')
 local sum, sburst = shares()
 local rate = rateAt(sent, sched, sum, sburst)
 if rate <= 0 then return {0, 0} end
@@ -445,7 +462,8 @@ end
 -- A search's first throttle (or its first after a pause that fitted
 -- nothing) ends it, as a process's own pacer ends its search: the
 -- server's bucket was empty at the host's first throttle (KEYS[6]), when
--- the fleet's first wave ran it dry, refilled until the schedule's birth,
+-- the fleet's first wave ran it dry, and at the latest first throttle of
+-- a process published before the birth (empty), refilled until the birth,
 -- and was empty again at sent; it holds at least ARGV[9] s of its rate.
 -- The refill rate at which such a bucket, replaying the schedule's
 -- releases (less those refused) from its birth, first runs dry at sent is
@@ -460,7 +478,7 @@ local first = tonumber(redis.call('GET', KEYS[6]))
 if first and sched[6] and not mark and sent - born >= tonumber(ARGV[14]) then
   local at = redis.call('ZRANGEBYSCORE', KEYS[4], '(' .. born, sent, 'WITHSCORES')
   local refused = redis.call('ZCOUNT', KEYS[5], '(' .. born, '(' .. sent)
-  local refill = math.max(born - first * 1000, 0) / 1000000
+  local refill = math.max(born - math.max(first * 1000, tonumber(sched[11]) or 0), 0) / 1000000
   local least = tonumber(ARGV[9])
   local function dry(r)
     local cap = math.max(1, least * r)
