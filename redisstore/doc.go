@@ -9,7 +9,8 @@
 //
 //   - the holds servers named (SetHold, State): which target, until when;
 //   - each budget's learned pace (SetPace, State), so that a process joining
-//     later starts from it;
+//     later starts from it, and the fleet's search for the budget's rate
+//     from every process's part of the first wave;
 //   - each budget's fleet-wide release schedule (Reserve): one generic cell
 //     rate algorithm per budget, run by a Lua script on Redis's clock, which
 //     tells a paced request how long to wait for its slot;
