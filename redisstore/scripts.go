@@ -213,9 +213,10 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local window = tonumber(ARGV[6])
 -- shares returns the sum of the rates and bursts the processes that
--- reserved within the window gave, and how many they are.
+-- reserved or published within the window gave, how many they are, and
+-- when the latest of them gave it (0: none).
 local function shares()
-  local rate, burst, n = 0, 0, 0
+  local rate, burst, n, latest = 0, 0, 0, 0
   local all = redis.call('HGETALL', KEYS[2])
   for i = 1, #all, 2 do
     local r, b, at = string.match(all[i + 1], '^(%S+) (%d+) (%d+)$')
@@ -223,11 +224,12 @@ local function shares()
       rate = rate + tonumber(r)
       burst = burst + tonumber(b)
       n = n + 1
+      latest = math.max(latest, tonumber(at))
     else
       redis.call('HDEL', KEYS[2], all[i])
     end
   end
-  return rate, burst, n
+  return rate, burst, n, latest
 end
 -- beyond returns how far past its hold the schedule's rate had risen at
 -- time at: the time since it was set, less the hold and the idle time.
@@ -300,11 +302,8 @@ local fresh = not sched[2]
 -- spend what it refilled meanwhile.
 local empty = 0
 if fresh then
-  local all = redis.call('HGETALL', KEYS[2])
-  for i = 2, #all, 2 do
-    local at = tonumber(string.match(all[i], ' (%d+)$'))
-    if at and at > empty and at > now - window then empty = at end
-  end
+  local _, _, _, latest = shares()
+  empty = latest
 end
 redis.call('HSET', KEYS[2], ARGV[4], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. string.format('%.0f', now))
 redis.call('PEXPIRE', KEYS[2], math.ceil(window / 1000) + 1)
