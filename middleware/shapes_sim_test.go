@@ -63,13 +63,15 @@ func limiterShapes() []limiterShape {
 		// A known miss (docs/benchmarks.md): HAProxy's sliding window counts
 		// the requests it refuses, so a pace that overruns it stays refused
 		// until it stops. The first wave spends 400 at once and is refused
-		// 200 more, which the next second still counts; the pacer, a token
-		// bucket's model, then releases the retries into it and, while the
-		// throttle's wait runs, holds half its rate rather than stop.
-		// 1.55x-2.0x here, as behind the real HAProxy.
+		// 200 more, which the next second still counts, and so are the
+		// retries that come back one second later. A pace whose releases
+		// are all refused stops until the throttle's wait ends, but for a
+		// probe: 1.17 and 1.04 attempts a request (GET, POST), against 1.30
+		// and 1.19 while it held half its rate and sent into the window;
+		// 1.75x and 1.47x of the limit, against 1.78x and 1.56x.
 		{name: "HAProxy's stick table, 400 per 1 s counting refusals, Retry-After 1", rule: func() throttletest.Rule {
 			return retryAfterRule(shapeRule(throttletest.StickTableLimiter(throttletest.StickTable{Limit: 400, Period: time.Second})), 1)
-		}, limit: 4 * time.Second, mostAttempts: 1.4, mostOver: 2.3},
+		}, limit: 4 * time.Second, mostAttempts: 1.25, mostOver: 2.3},
 		// Bench scenario (m): every request is answered 503 without
 		// Retry-After for 5 s, then the bucket serves for 5 s, and so on.
 		// The limit is 9.9 s: all 2000 in the first up period, at 400/s
@@ -84,12 +86,16 @@ func limiterShapes() []limiterShape {
 			return shapeRule(throttletest.BucketLimiter(bucket), nil)
 		}, flapping: throttletest.Flapping{Down: 5 * time.Second, Up: 5 * time.Second},
 			limit: 9900 * time.Millisecond, mostAttempts: 1.25, mostOver: 2.0},
+		// The windows' POSTs: the pace stops while the window is shut
+		// rather than send into it (1.04 attempts a request, against 1.10),
+		// and when it opens releases the second quota at half the rate
+		// that closed it rather than all at once: 1.08x, against 1.06x.
 		{name: "fixed window of 1000 per 10 s", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.FixedWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
-		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.06},
+		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.1},
 		{name: "sliding window of 1000 per 10 s", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.SlidingWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
-		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.06},
+		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.1},
 		{name: "rate halving at 1/3 and restoring at 2/3", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.ScheduledBucketLimiter(bucket,
 				throttletest.RateStep{After: rateChange / 3, Rate: rate / 2}, throttletest.RateStep{After: 2 * rateChange / 3, Rate: rate}))

@@ -75,7 +75,12 @@
 //     runs is the same closure of the server's budget (a fixed window
 //     throttles whatever is sent until it opens): within it the pace falls
 //     once, to half, not once per throttle, so that it is there when the
-//     window opens.
+//     window opens. When the server refuses every release since that
+//     decrease (shutAfter in a row), the pace stops until the wait ends,
+//     but for a probe an eighth of the wait apart, which a refusal does
+//     not slow: a closed window serves nothing, and one that counts its
+//     refusals (HAProxy's stick table) stays closed while they come. A
+//     success reopens it.
 //  6. A throttle may name no wait: a bare 429 is a throttle. A 503 without
 //     Retry-After is read once, by [Queue.Refused]: a capacity limit, a
 //     throttle, when the host answers other requests (capacityWindow) and

@@ -86,6 +86,14 @@ const (
 	// probeAfter + probeDoubling.
 	probeAfter    = 500 * time.Millisecond
 	probeDoubling = 500 * time.Millisecond
+	// shutAfter is how many releases in a row, all sent after a decrease
+	// and within the wait it named, the server must refuse for the pace
+	// to stop until that wait ends: one is the congestion of the
+	// decrease's own round, seen late.
+	shutAfter = 2
+	// shutProbes is how many probes a shut pace sends over the wait it
+	// stopped for, at most.
+	shutProbes = 8
 	// maxRate bounds the rate, releases per second.
 	maxRate = 1e6
 )
@@ -136,6 +144,10 @@ type adaptivePacer struct {
 	// must not drive the pace to nothing for when it opens.
 	closed      time.Time
 	closedFloor float64
+	// refusedRun counts the throttles in a row, since the last success,
+	// met within that wait by releases sent after its decrease: a server
+	// that refuses every one is closed, not slow.
+	refusedRun int
 	// releases holds the time since start of each release since start, in
 	// order, to fit the server's rate.
 	releases []time.Duration
@@ -196,6 +208,15 @@ func (p *adaptivePacer) rateAt(now time.Time) float64 {
 func (p *adaptivePacer) next(now time.Time) time.Time {
 	if p.state == pacerCold {
 		return now
+	}
+	if p.shut(now) {
+		// One release a shutProbes-th of the wait asks whether the window
+		// opened early, as a sliding one does while its count decays.
+		probe := max(p.closed.Sub(p.reacted)/shutProbes, 2*p.rtt)
+		if at := p.last.Add(probe); at.Before(p.closed) {
+			return later(at, now)
+		}
+		return p.closed
 	}
 	from := later(p.last, p.start)
 	if p.last.Before(p.start) {
@@ -264,6 +285,15 @@ func (p *adaptivePacer) stood(now time.Time) {
 	p.last = later(p.last, now)
 }
 
+// shut reports whether the server refused every release since the
+// decrease whose wait still runs at now, shutAfter of them or more: a
+// closed window (a fixed one, or a sliding one that counts its refusals)
+// serves nothing until the wait ends, and a release into it only costs
+// its request a Retry-After, and the window's count one more.
+func (p *adaptivePacer) shut(now time.Time) bool {
+	return p.state == pacerSteady && p.refusedRun >= shutAfter && now.Before(p.closed)
+}
+
 // searchFrom is the rate the search starts at: searchStart times the
 // first wave's successes per Retry-After period.
 func (p *adaptivePacer) searchFrom() float64 {
@@ -288,6 +318,9 @@ func (p *adaptivePacer) settle(n int, start time.Time) {
 
 func (p *adaptivePacer) succeeded(sent, now time.Time) {
 	p.observe(sent, now)
+	if p.state == pacerSteady && sent.After(p.reacted) {
+		p.refusedRun = 0
+	}
 	if p.state != pacerCold && sent.Before(p.waveEnd) {
 		p.waveLast = later(p.waveLast, now)
 	}
@@ -322,6 +355,13 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		// the pace cannot collapse.
 		floor := float64(max(p.burst, 1)) / p.period
 		closing := p.state == pacerSteady && sent.Before(p.closed)
+		if closing && p.shut(sent) {
+			// A probe of a shut pace, refused: the window is still
+			// closed, which says nothing new of its rate.
+			p.refusedRun++
+			p.last = later(p.last, now)
+			return
+		}
 		switch {
 		case closing:
 			floor = p.closedFloor
@@ -330,8 +370,11 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		}
 		p.base = max(p.fit(sent), floor, 1)
 		p.state = pacerSteady
-		if !closing {
+		if closing {
+			p.refusedRun++
+		} else {
 			p.closed, p.closedFloor = end, max(floor, p.rateAt(sent)/2)
+			p.refusedRun = 0
 		}
 		p.start, p.idle = now, 0
 		p.reacted = now

@@ -368,6 +368,60 @@ func TestPacerClosedBudget(t *testing.T) {
 	}
 }
 
+// TestPacerShutWhileClosed checks that a pace whose releases since a
+// decrease the server refused, shutAfter of them in a row, within the wait
+// that decrease named, stops until that wait ends but for a probe now and
+// then: a closed window serves nothing, and one that counts its refusals
+// (HAProxy's stick table) stays closed while they come. A success among
+// them, or the wait's end, lets the pace go on; a probe's refusal does not
+// lower it.
+func TestPacerShutWhileClosed(t *testing.T) {
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	tests := []struct {
+		name   string
+		served bool // one release after the decrease was served
+		at     int  // when the next release is asked for, ms
+		shut   bool
+	}{
+		{"every release refused", false, 60, true},
+		{"one release served", true, 60, false},
+		{"the wait is over", false, 1100, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.settle(100, t0)
+			p.throttled(ms(0), ms(1), ms(1001))
+			for i := range 20 {
+				p.sent(ms(10 + i))
+			}
+			p.throttled(ms(25), ms(26), ms(1026)) // the decrease: closed until 1026
+			require.Equal(t, pacerSteady, p.state)
+			p.sent(ms(40))
+			p.throttled(ms(40), ms(41), ms(1041))
+			if tt.served {
+				p.sent(ms(45))
+				p.succeeded(ms(45), ms(46))
+			}
+			p.sent(ms(50))
+			p.throttled(ms(50), ms(51), ms(1051))
+			next := p.next(ms(tt.at))
+			if !tt.shut {
+				assert.False(t, next.After(later(ms(tt.at), ms(60))), "paced, not shut: next %v", next.Sub(t0))
+				return
+			}
+			assert.True(t, next.After(ms(150)) && next.Before(ms(200)), "a probe an eighth of the wait on: next %v", next.Sub(t0))
+			base := p.base
+			p.sent(next)
+			p.throttled(next, next.Add(time.Millisecond), next.Add(time.Second))
+			assert.Equal(t, base, p.base, "a probe refused says nothing of the rate")
+			probe := p.next(next.Add(2 * time.Millisecond))
+			assert.True(t, probe.After(next.Add(100*time.Millisecond)), "still shut: next %v", probe.Sub(t0))
+			assert.False(t, p.next(ms(1000)).After(ms(1026)), "no later than the wait's end")
+		})
+	}
+}
+
 // A steady pace's curve counts only the time it had something to release:
 // after a gap with nothing to release (an outage held the scope, or the
 // caller had no work), it resumes where it was, not at a probe that
