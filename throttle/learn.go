@@ -21,10 +21,18 @@ func (q *Queue) budgetOf(s *hostState, keys []string, now time.Time) *node {
 }
 
 // carvedOf returns the deepest budget on keys' path that the evidence cut
-// out of a wider one, nil when none.
+// out of a wider one (for an item that shares one with its carved
+// siblings, theirs), nil when none.
 func (q *Queue) carvedOf(s *hostState, keys []string, now time.Time) *node {
 	for i := len(keys) - 1; i > 0; i-- {
-		if n := s.nodes[keys[i]]; n != nil && n.carved && n.paces(now, q.recovery) {
+		n := s.nodes[keys[i]]
+		if n == nil || !n.carved {
+			continue
+		}
+		if g := n.siblings; g != nil && g.paces(now, q.recovery) {
+			return g
+		}
+		if n.paces(now, q.recovery) {
 			return n
 		}
 	}
@@ -104,8 +112,8 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 	n.seq = s.seq
 	n.named = n.named || !p.refused
 	n.pacer.throttled(p.Sent, now, end)
-	if p.budget == n && n.depth+1 < len(keys) && !p.retry {
-		n.even.add(keys[n.depth+1], true, now)
+	if kid, ok := n.kid(keys); ok && p.budget == n && !p.retry {
+		n.even.add(kid, true, now)
 	}
 	q.judge(s, n, keys, now)
 	q.prune(s, now)
@@ -129,8 +137,12 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 		// throttles count for no node above it.
 		item := s.node(keys[d], d)
 		item.seq = s.seq
-		q.share(s, item, now)
 		item.carved = true
+		if g := q.siblingsOf(s, keys, now); g != nil {
+			return g
+		}
+		item.siblings = nil
+		q.share(s, item, now)
 		return item
 	}
 	until := now.Add(spreadWindow)
@@ -139,7 +151,7 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 		n := s.node(keys[d], d)
 		n.seq = s.seq
 		n.throttles.add(now)
-		c := n.spread(keys[d+1], now, until)
+		c := n.spread(keys[d+1], d+1 == len(keys)-1, now, until)
 		if found == nil && (n.paces(now, q.recovery) || c >= need(d) && n.overrun(&s.wave)) {
 			found = n
 		}
@@ -190,8 +202,8 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time) {
 		n.pacer.settle(1, p.Sent)
 	}
 	n.pacer.succeeded(p.Sent, now)
-	if p.budget == n && n.depth+1 < len(keys) && !p.retry {
-		n.even.add(keys[n.depth+1], false, now)
+	if kid, ok := n.kid(keys); ok && p.budget == n && !p.retry {
+		n.even.add(kid, false, now)
 		q.judge(s, n, keys, now)
 	}
 }
@@ -207,9 +219,9 @@ func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 		return
 	}
 	for _, k := range hot {
-		c := s.node(k, n.depth+1)
+		c := s.node(k, budgetDepth(k))
 		c.share(now, q.newPacer)
-		c.carved, c.named = true, c.named || n.named
+		c.carved, c.named, c.siblings = true, c.named || n.named, nil
 		c.lastEnd, c.seq = later(c.lastEnd, n.lastEnd), s.seq
 	}
 	n.pacer, n.since = q.newPacer(now), now

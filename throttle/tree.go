@@ -71,6 +71,15 @@ type node struct {
 	// marks are the distinct children of the node throttled lately,
 	// newest first, at most segmentRuleBase.
 	marks []mark
+	// carvedMarks are the distinct items below the node carved lately,
+	// kept as marks are (siblings.go).
+	carvedMarks []mark
+	// siblings, on a carved item, is the budget it shares with the items
+	// carved beside it, when they are one (siblings.go); nil when it has
+	// a pace of its own.
+	siblings *node
+	// group is set on such a budget of carved siblings.
+	group bool
 	// shared is set while the node is the hypothesis of its requests'
 	// budget: its pacer paces every request below it.
 	shared bool
@@ -112,6 +121,9 @@ type node struct {
 // until.
 type mark struct {
 	child string
+	// item is set when child is a whole path: an item throttled on its
+	// own, not a prefix of deeper ones.
+	item  bool
 	until time.Time
 }
 
@@ -138,20 +150,28 @@ func need(depth int) int { return max(segmentRuleBase-depth, minSpread) }
 
 // spread records a throttle below child counting until until, and returns
 // how many distinct children of n count at now.
-func (n *node) spread(child string, now, until time.Time) int {
-	kept := n.marks[:0]
-	for _, m := range n.marks {
-		if m.child != child && now.Before(m.until) {
-			kept = append(kept, m)
+func (n *node) spread(child string, item bool, now, until time.Time) int {
+	n.marks = addMark(n.marks, mark{child, item, until}, now)
+	return len(n.marks)
+}
+
+// addMark puts child first in marks, counting until until, drops the
+// marks over at now, and keeps at most segmentRuleBase.
+func addMark(marks []mark, m mark, now time.Time) []mark {
+	child := m.child
+	kept := marks[:0]
+	for _, k := range marks {
+		if k.child != child && now.Before(k.until) {
+			kept = append(kept, k)
 		}
 	}
-	n.marks = append(kept, mark{})
-	copy(n.marks[1:], n.marks)
-	n.marks[0] = mark{child, until}
-	if len(n.marks) > segmentRuleBase {
-		n.marks = n.marks[:segmentRuleBase]
+	marks = append(kept, mark{})
+	copy(marks[1:], marks)
+	marks[0] = m
+	if len(marks) > segmentRuleBase {
+		marks = marks[:segmentRuleBase]
 	}
-	return len(n.marks)
+	return marks
 }
 
 // live reports whether n paces its requests at now: a budget whose last

@@ -1,0 +1,112 @@
+package throttle
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
+)
+
+// TestCarvedSiblingsShareABudget checks that items carved one by one
+// below one ancestor, as many as the 5-n rule asks, share one budget,
+// unless an item throttled on its own below it shows the ancestor's own
+// traffic a budget of its own (Graph's users API beside its mailboxes).
+func TestCarvedSiblingsShareABudget(t *testing.T) {
+	mailbox := func(i int) string { return fmt.Sprintf("/v1.0/users/m%d/messages", i) }
+	tests := []struct {
+		name      string
+		alone     []string // throttled once each, first
+		mailboxes int      // each throttled twice together
+		probe     int      // the mailbox whose budget is asked for
+		budget    string   // its key
+	}{
+		{"4 carved mailboxes share one budget", nil, 4, 1, "users/"},
+		{"the first carved shares it too", nil, 4, 4, "users/"},
+		{"a mailbox carved later joins it", nil, 6, 6, "users/"},
+		{"3 carved mailboxes keep their own", nil, 3, 1, "users/m1/messages"},
+		{"a user throttled alone keeps them apart", []string{"/v1.0/users/u1"}, 4, 1, "users/m1/messages"},
+		{"a mailbox refused once says nothing", []string{"/v1.0/users/m9/messages"}, 4, 1, "users/"},
+	}
+	ms := time.Millisecond
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := New(clocktest.New(t0), options.QueueOptions{})
+			at := t0
+			for _, u := range tt.alone {
+				q.throttleTarget(targetOf(t, graph+u), at, at.Add(ms), at.Add(time.Second))
+				at = at.Add(ms)
+			}
+			at = throttleTogether(t, q, at, tt.mailboxes)
+			tg := targetOf(t, graph+mailbox(tt.probe))
+			st := q.state(tg.host, false, time.Time{})
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			n := q.budgetOf(st, tg.keys(), at)
+			require.NotNil(t, n)
+			assert.Equal(t, tt.budget, n.key)
+			assert.NotNil(t, n.pacer)
+			if n.group {
+				for i := 1; i <= tt.mailboxes; i++ {
+					m := st.nodes[targetOf(t, graph+mailbox(i)).keys()[3]]
+					assert.Same(t, n, m.siblings, "mailbox %d", i)
+					assert.Nil(t, m.pacer, "mailbox %d keeps no pace of its own", i)
+				}
+			}
+		})
+	}
+}
+
+// TestCarvedSiblingSplitOut checks that a group of carved siblings is a
+// hypothesis like any budget: an item its releases met throttles at while
+// the others escaped them is split out with a pace of its own.
+func TestCarvedSiblingSplitOut(t *testing.T) {
+	clk := clocktest.New(t0)
+	q := New(clk, options.QueueOptions{})
+	ms := time.Millisecond
+	at := throttleTogether(t, q, t0, 4)
+	st := q.state("graph.test", false, time.Time{})
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	g := st.nodes[groupKey("users")]
+	require.NotNil(t, g)
+	hot := targetOf(t, graph+"/v1.0/users/m1/messages")
+	for i := range 100 {
+		at = at.Add(10 * ms)
+		if i%4 == 0 {
+			// Sent before its last throttle came back, so not a locked
+			// item's strike.
+			q.throttled(st, hot, Pass{Sent: at.Add(-50 * ms), budget: g}, at.Add(ms), at.Add(time.Second))
+			continue
+		}
+		other := targetOf(t, graph+fmt.Sprintf("/v1.0/users/m%d/messages", 2+i%3))
+		q.succeeded(st, other, Pass{Sent: at, budget: g}, at.Add(ms))
+	}
+	n := q.budgetOf(st, hot.keys(), at)
+	require.NotNil(t, n)
+	assert.Equal(t, "users/m1/messages", n.key, "split out")
+	assert.Nil(t, n.siblings)
+	assert.Same(t, g, q.budgetOf(st, targetOf(t, graph+"/v1.0/users/m2/messages").keys(), at), "the others stay together")
+}
+
+// throttleTogether throttles mailboxes 1 to k as a first wave does: each
+// is sent twice, all at once from at, and every answer is a throttle, the
+// first to each mailbox before the second. It returns when the last came
+// back.
+func throttleTogether(t *testing.T, q *Queue, at time.Time, k int) time.Time {
+	ms := time.Millisecond
+	back := at.Add(10 * ms)
+	for round := range 2 {
+		for i := 1; i <= k; i++ {
+			tg := targetOf(t, graph+fmt.Sprintf("/v1.0/users/m%d/messages", i))
+			sent := at.Add(time.Duration(round*k+i) * 10 * time.Microsecond)
+			back = back.Add(ms)
+			q.throttleTarget(tg, sent, back, back.Add(time.Second))
+		}
+	}
+	return back
+}
