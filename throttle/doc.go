@@ -41,13 +41,13 @@
 //     make the users API one. Requests to one item throttled together
 //     (sent before its last throttle came back) make the item a budget of
 //     its own (a mailbox, one collection's POSTs), cut out of its parent:
-//     its throttles count for no node above it. The rule counts carved
-//     items too: need(n) of them carved within spreadWindow below a node n
-//     segments below the root are one budget of carved siblings, which
-//     items carved there later join (siblings.go: 50 mailboxes behind one
-//     limiter are one budget seen item by item), unless an item throttled
-//     on its own below that node shows its traffic a budget of its own
-//     (Graph's users API beside its mailboxes). Otherwise the throttle is
+//     its throttles count for no node above it. The rule counts such
+//     items too: need(n) of them within spreadWindow below a node n
+//     segments below the root make the node their budget, which gathers
+//     them (siblings.go: 50 mailboxes behind one limiter are one budget
+//     seen item by item), unless an item throttled on its own below that
+//     node shows its traffic a budget of its own (Graph's users API beside
+//     its mailboxes). Otherwise the throttle is
 //     the item's own: it holds its target and paces nothing (a throttle
 //     naming 1 ms costs 1 ms).
 //  3. Evidence narrows. An item throttled again each time it waited out

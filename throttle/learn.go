@@ -29,9 +29,6 @@ func (q *Queue) carvedOf(s *hostState, keys []string, now time.Time) *node {
 		if n == nil || !n.carved {
 			continue
 		}
-		if g := n.siblings; g != nil && g.paces(now, q.recovery) {
-			return g
-		}
 		if n.paces(now, q.recovery) {
 			return n
 		}
@@ -112,8 +109,8 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 	n.seq = s.seq
 	n.named = n.named || !p.refused
 	n.pacer.throttled(p.Sent, now, end)
-	if kid, ok := n.kid(keys); ok && p.budget == n && !p.retry {
-		n.even.add(kid, true, now)
+	if p.budget == n && n.depth+1 < len(keys) && !p.retry {
+		n.even.add(keys[n.depth+1], true, now)
 	}
 	q.judge(s, n, keys, now)
 	q.prune(s, now)
@@ -135,14 +132,13 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 		// Requests to one item throttled together: a budget of its own
 		// (a mailbox, a locked item, one collection's POSTs), whose
 		// throttles count for no node above it.
+		if a := q.siblingsOf(s, keys, now); a != nil {
+			return a
+		}
 		item := s.node(keys[d], d)
 		item.seq = s.seq
-		item.carved = true
-		if g := q.siblingsOf(s, keys, now); g != nil {
-			return g
-		}
-		item.siblings = nil
 		q.share(s, item, now)
+		item.carved, item.together = true, true
 		return item
 	}
 	until := now.Add(spreadWindow)
@@ -202,8 +198,8 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time) {
 		n.pacer.settle(1, p.Sent)
 	}
 	n.pacer.succeeded(p.Sent, now)
-	if kid, ok := n.kid(keys); ok && p.budget == n && !p.retry {
-		n.even.add(kid, false, now)
+	if p.budget == n && n.depth+1 < len(keys) && !p.retry {
+		n.even.add(keys[n.depth+1], false, now)
 		q.judge(s, n, keys, now)
 	}
 }
@@ -221,7 +217,7 @@ func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 	for _, k := range hot {
 		c := s.node(k, budgetDepth(k))
 		c.share(now, q.newPacer)
-		c.carved, c.named, c.siblings = true, c.named || n.named, nil
+		c.carved, c.named = true, c.named || n.named
 		c.lastEnd, c.seq = later(c.lastEnd, n.lastEnd), s.seq
 	}
 	n.pacer, n.since = q.newPacer(now), now

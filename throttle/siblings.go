@@ -14,28 +14,39 @@ import "time"
 // each made from one or two releases, add up far above the one budget.
 //
 // So the 5-n rule that widens a budget over throttled children (doc.go,
-// 2.) also counts the items carved below each ancestor: once need(n) of
-// them were carved within spreadWindow below an ancestor n segments below
-// the root, they are one budget, with one pacer, and the items carved
-// there later join it. That holds only while nothing else below the
-// ancestor tells the other story: an item throttled on its own below it
-// (a user of the users API, beside its mailboxes) shows that the
-// ancestor's own traffic has a budget of its own, as Microsoft Graph's
-// users API has beside each mailbox's, and its carved items stay budgets
-// of their own, as before. Throttles of prefixes whose items were not
-// carved yet (a mailbox refused once so far) say nothing either way.
+// 2.) also counts the items throttled together below each ancestor: once
+// need(n) of them were, within spreadWindow, below an ancestor n segments
+// below the root, the ancestor is their budget, as it would be had each
+// been throttled once: it gathers them (their own budgets end in it, and
+// its pacer paces every request below it, as for 2000 ids), and a throttle
+// of requests to one item sent together below it is its own from then on,
+// not the item's. That holds only while nothing else below the ancestor
+// tells the other story: an item throttled on its own below it (a user of
+// the users API, beside its mailboxes) shows that the ancestor's own
+// traffic has a budget of its own, as Microsoft Graph's users API has
+// beside each mailbox's, and the items stay budgets of their own, as
+// before. Throttles of prefixes whose items were not carved yet (a mailbox
+// refused once so far) say nothing either way.
 //
-// The group is a hypothesis like any budget: its tallies count each item
-// (evenness), and an item that met throttles the others escaped is split
-// out with a pace of its own (a locked item, a mailbox with a smaller
-// budget of its own).
+// The gathered budget is a hypothesis like any: its tallies count each
+// child, and a child that met throttles the others escaped is split out
+// with a pace of its own (doc.go, 3.: a mailbox with a smaller budget of
+// its own), and stays out.
 
-// siblingsOf returns the budget of the carved siblings that the item of
-// keys, carved at now, belongs to, making it when the evidence is there;
-// nil when the item keeps a budget of its own. The caller holds s.mu.
+// siblingsOf returns the ancestor of the item of keys, whose requests were
+// throttled together at now, that is the budget of its carved siblings:
+// one that gathered them, or one the evidence makes so now; nil when the
+// item is to be a budget of its own. The caller holds s.mu.
 func (q *Queue) siblingsOf(s *hostState, keys []string, now time.Time) *node {
 	d := len(keys) - 1
-	item := s.nodes[keys[d]]
+	for a := 1; a < d; a++ {
+		if anc := s.nodes[keys[a]]; anc != nil && anc.gathers {
+			if anc.paces(now, q.recovery) {
+				return anc
+			}
+			anc.gathers = false // a budget that ended gathers nothing
+		}
+	}
 	until := now.Add(spreadWindow)
 	for a := 1; a < d; a++ {
 		anc := s.node(keys[a], a)
@@ -44,38 +55,17 @@ func (q *Queue) siblingsOf(s *hostState, keys []string, now time.Time) *node {
 		if len(anc.carvedMarks) < need(a) || !q.onlyCarvedItems(s, anc, now) {
 			continue
 		}
-		g := s.nodes[groupKey(keys[a])]
-		if g == nil || !g.paces(now, q.recovery) {
-			g = q.group(s, keys[a], a, now)
+		anc.gathers = true
+		q.share(s, anc, now)
+		for _, c := range s.nodes {
+			if c.together && below(c.key, anc.key) {
+				c.shared, c.pacer, c.carved, c.together = false, nil, false, false
+				c.waiters.wakeAll()
+			}
 		}
-		item.siblings, item.shared, item.pacer = g, false, nil
-		g.seq = s.seq
-		return g
+		return anc
 	}
 	return nil
-}
-
-// group makes the budget of the items carved below the node key at
-// depth: the items carved so far give it their pacers' counts of the
-// first wave and wait for it from now on.
-func (q *Queue) group(s *hostState, key string, depth int, now time.Time) *node {
-	g := s.node(groupKey(key), depth+1)
-	g.carved, g.group, g.seq = true, true, s.seq
-	g.shared, g.pacer = false, nil
-	g.share(now, q.newPacer)
-	for _, c := range s.nodes {
-		if c == g || !c.carved || c.group || !c.shared || !below(c.key, key) {
-			continue
-		}
-		if ap, ok := c.pacer.(*adaptivePacer); ok {
-			g.pacer.settle(ap.burst, ap.waveStart)
-		}
-		g.named = g.named || c.named
-		g.lastEnd = later(g.lastEnd, c.lastEnd)
-		c.siblings, c.shared, c.pacer = g, false, nil
-		c.waiters.wakeAll()
-	}
-	return g
 }
 
 // onlyCarvedItems reports whether every item throttled on its own below
@@ -92,22 +82,4 @@ func (q *Queue) onlyCarvedItems(s *hostState, n *node, now time.Time) bool {
 		}
 	}
 	return true
-}
-
-// groupKey returns the key of the budget of the carved items below the
-// node key: no node's key ends in a slash, since paths' empty segments
-// are dropped.
-func groupKey(key string) string { return key + "/" }
-
-// kid returns the key of the child of n that keys lead to, which n's
-// tallies count by: its item, for a group of carved siblings; false when
-// keys end at n.
-func (n *node) kid(keys []string) (string, bool) {
-	if n.group {
-		return keys[len(keys)-1], true
-	}
-	if n.depth+1 < len(keys) {
-		return keys[n.depth+1], true
-	}
-	return "", false
 }

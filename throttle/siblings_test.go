@@ -13,9 +13,10 @@ import (
 )
 
 // TestCarvedSiblingsShareABudget checks that items carved one by one
-// below one ancestor, as many as the 5-n rule asks, share one budget,
-// unless an item throttled on its own below it shows the ancestor's own
-// traffic a budget of its own (Graph's users API beside its mailboxes).
+// below one ancestor, as many as the 5-n rule asks, are the ancestor's
+// budget together, unless an item throttled on its own below it shows the
+// ancestor's own traffic a budget of its own (Graph's users API beside
+// its mailboxes).
 func TestCarvedSiblingsShareABudget(t *testing.T) {
 	mailbox := func(i int) string { return fmt.Sprintf("/v1.0/users/m%d/messages", i) }
 	tests := []struct {
@@ -25,12 +26,13 @@ func TestCarvedSiblingsShareABudget(t *testing.T) {
 		probe     int      // the mailbox whose budget is asked for
 		budget    string   // its key
 	}{
-		{"4 carved mailboxes share one budget", nil, 4, 1, "users/"},
-		{"the first carved shares it too", nil, 4, 4, "users/"},
-		{"a mailbox carved later joins it", nil, 6, 6, "users/"},
+		{"4 carved mailboxes are one budget", nil, 4, 1, "users"},
+		{"the last carved too", nil, 4, 4, "users"},
+		{"a mailbox throttled together later too", nil, 6, 6, "users"},
+		{"a mailbox never throttled too", nil, 4, 9, "users"},
 		{"3 carved mailboxes keep their own", nil, 3, 1, "users/m1/messages"},
 		{"a user throttled alone keeps them apart", []string{"/v1.0/users/u1"}, 4, 1, "users/m1/messages"},
-		{"a mailbox refused once says nothing", []string{"/v1.0/users/m9/messages"}, 4, 1, "users/"},
+		{"a mailbox refused once says nothing", []string{"/v1.0/users/m9/messages"}, 4, 1, "users"},
 	}
 	ms := time.Millisecond
 	for _, tt := range tests {
@@ -50,20 +52,20 @@ func TestCarvedSiblingsShareABudget(t *testing.T) {
 			require.NotNil(t, n)
 			assert.Equal(t, tt.budget, n.key)
 			assert.NotNil(t, n.pacer)
-			if n.group {
+			if n.gathers {
 				for i := 1; i <= tt.mailboxes; i++ {
 					m := st.nodes[targetOf(t, graph+mailbox(i)).keys()[3]]
-					assert.Same(t, n, m.siblings, "mailbox %d", i)
-					assert.Nil(t, m.pacer, "mailbox %d keeps no pace of its own", i)
+					assert.False(t, m != nil && (m.carved || m.shared), "mailbox %d keeps no budget of its own", i)
 				}
 			}
 		})
 	}
 }
 
-// TestCarvedSiblingSplitOut checks that a group of carved siblings is a
-// hypothesis like any budget: an item its releases met throttles at while
-// the others escaped them is split out with a pace of its own.
+// TestCarvedSiblingSplitOut checks that carved siblings gathered into
+// one budget are a hypothesis like any budget: a sibling its releases met
+// throttles at while the others escaped them is split out with a pace of
+// its own, and stays out.
 func TestCarvedSiblingSplitOut(t *testing.T) {
 	clk := clocktest.New(t0)
 	q := New(clk, options.QueueOptions{})
@@ -72,8 +74,8 @@ func TestCarvedSiblingSplitOut(t *testing.T) {
 	st := q.state("graph.test", false, time.Time{})
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	g := st.nodes[groupKey("users")]
-	require.NotNil(t, g)
+	g := st.nodes["users"]
+	require.True(t, g.gathers)
 	hot := targetOf(t, graph+"/v1.0/users/m1/messages")
 	for i := range 100 {
 		at = at.Add(10 * ms)
@@ -88,8 +90,12 @@ func TestCarvedSiblingSplitOut(t *testing.T) {
 	}
 	n := q.budgetOf(st, hot.keys(), at)
 	require.NotNil(t, n)
-	assert.Equal(t, "users/m1/messages", n.key, "split out")
-	assert.Nil(t, n.siblings)
+	assert.Equal(t, "users/m1", n.key, "split out")
+	assert.True(t, n.carved)
+	// Throttled together again, it stays out.
+	q.throttled(st, hot, Pass{Sent: at.Add(-ms), budget: n}, at.Add(ms), at.Add(time.Second))
+	q.throttled(st, hot, Pass{Sent: at, budget: n}, at.Add(2*ms), at.Add(time.Second))
+	assert.Same(t, n, q.budgetOf(st, hot.keys(), at.Add(2*ms)))
 	assert.Same(t, g, q.budgetOf(st, targetOf(t, graph+"/v1.0/users/m2/messages").keys(), at), "the others stay together")
 }
 
@@ -109,4 +115,26 @@ func throttleTogether(t *testing.T, q *Queue, at time.Time, k int) time.Time {
 		}
 	}
 	return back
+}
+
+// TestGatheredBudgetEnds checks that a node gathers its carved siblings
+// only while it is a budget: once its last throttle is a recovery window
+// old, requests to one item throttled together make the item a budget of
+// its own again, until the evidence gathers them anew.
+func TestGatheredBudgetEnds(t *testing.T) {
+	q := New(clocktest.New(t0), options.QueueOptions{})
+	at := throttleTogether(t, q, t0, 4)
+	st := q.state("graph.test", false, time.Time{})
+	require.True(t, st.nodes["users"].gathers)
+
+	later := at.Add(time.Minute)
+	tg := targetOf(t, graph+"/v1.0/users/m1/messages")
+	q.throttleTarget(tg, later, later.Add(time.Millisecond), later.Add(time.Second))
+	q.throttleTarget(tg, later, later.Add(2*time.Millisecond), later.Add(time.Second))
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	assert.False(t, st.nodes["users"].gathers)
+	n := q.budgetOf(st, tg.keys(), later.Add(2*time.Millisecond))
+	require.NotNil(t, n)
+	assert.Equal(t, "users/m1/messages", n.key)
 }

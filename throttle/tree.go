@@ -71,15 +71,13 @@ type node struct {
 	// marks are the distinct children of the node throttled lately,
 	// newest first, at most segmentRuleBase.
 	marks []mark
-	// carvedMarks are the distinct items below the node carved lately,
-	// kept as marks are (siblings.go).
+	// carvedMarks are the distinct items below the node whose requests
+	// were throttled together lately, kept as marks are (siblings.go).
 	carvedMarks []mark
-	// siblings, on a carved item, is the budget it shares with the items
-	// carved beside it, when they are one (siblings.go); nil when it has
-	// a pace of its own.
-	siblings *node
-	// group is set on such a budget of carved siblings.
-	group bool
+	// together is set on an item carved because requests to it were
+	// throttled together, and gathers on a node that is the budget of
+	// such items below it, as many as the 5-n rule asks (siblings.go).
+	together, gathers bool
 	// shared is set while the node is the hypothesis of its requests'
 	// budget: its pacer paces every request below it.
 	shared bool
