@@ -21,15 +21,10 @@ func (q *Queue) budgetOf(s *hostState, keys []string, now time.Time) *node {
 }
 
 // carvedOf returns the deepest budget on keys' path that the evidence cut
-// out of a wider one (for an item that shares one with its carved
-// siblings, theirs), nil when none.
+// out of a wider one, nil when none.
 func (q *Queue) carvedOf(s *hostState, keys []string, now time.Time) *node {
 	for i := len(keys) - 1; i > 0; i-- {
-		n := s.nodes[keys[i]]
-		if n == nil || !n.carved {
-			continue
-		}
-		if n.paces(now, q.recovery) {
+		if n := s.nodes[keys[i]]; n != nil && n.carved && n.paces(now, q.recovery) {
 			return n
 		}
 	}
@@ -131,7 +126,8 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 	if d := len(keys) - 1; d > 0 && concurrent {
 		// Requests to one item throttled together: a budget of its own
 		// (a mailbox, a locked item, one collection's POSTs), whose
-		// throttles count for no node above it.
+		// throttles count for no node above it, unless enough of its
+		// siblings were too (siblings.go).
 		if a := q.siblingsOf(s, keys, now); a != nil {
 			return a
 		}
@@ -215,7 +211,7 @@ func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 		return
 	}
 	for _, k := range hot {
-		c := s.node(k, budgetDepth(k))
+		c := s.node(k, n.depth+1)
 		c.share(now, q.newPacer)
 		c.carved, c.named = true, c.named || n.named
 		c.lastEnd, c.seq = later(c.lastEnd, n.lastEnd), s.seq

@@ -52,7 +52,7 @@ func (q *Queue) siblingsOf(s *hostState, keys []string, now time.Time) *node {
 		anc := s.node(keys[a], a)
 		anc.seq = s.seq
 		anc.carvedMarks = addMark(anc.carvedMarks, mark{child: keys[d], item: true, until: until}, now)
-		if len(anc.carvedMarks) < need(a) || !q.onlyCarvedItems(s, anc, now) {
+		if len(anc.carvedMarks) < need(a) || !s.onlyCarvedItems(anc, now) {
 			continue
 		}
 		anc.gathers = true
@@ -72,7 +72,7 @@ func (q *Queue) siblingsOf(s *hostState, keys []string, now time.Time) *node {
 // n lately was carved: no request below n outside the carved items met a
 // throttle. A throttled prefix (a mailbox refused once so far) is not an
 // item and says nothing either way.
-func (q *Queue) onlyCarvedItems(s *hostState, n *node, now time.Time) bool {
+func (s *hostState) onlyCarvedItems(n *node, now time.Time) bool {
 	for _, m := range n.marks {
 		if !m.item || !now.Before(m.until) {
 			continue
