@@ -51,7 +51,7 @@ func (q *Queue) siblingsOf(s *hostState, keys []string, now time.Time) *node {
 	for a := 1; a < d; a++ {
 		anc := s.node(keys[a], a)
 		anc.seq = s.seq
-		anc.carvedMarks = addMark(anc.carvedMarks, mark{child: keys[d], item: true, until: until}, now)
+		anc.carvedMarks = addMark(anc.carvedMarks, mark{child: keys[d], until: until}, now)
 		if len(anc.carvedMarks) < need(a) || !s.onlyCarvedItems(anc, now) {
 			continue
 		}

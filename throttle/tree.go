@@ -153,13 +153,12 @@ func (n *node) spread(child string, item bool, now, until time.Time) int {
 	return len(n.marks)
 }
 
-// addMark puts child first in marks, counting until until, drops the
-// marks over at now, and keeps at most segmentRuleBase.
+// addMark puts m first in marks, in place of an older mark of its child,
+// drops the marks over at now, and keeps at most segmentRuleBase.
 func addMark(marks []mark, m mark, now time.Time) []mark {
-	child := m.child
 	kept := marks[:0]
 	for _, k := range marks {
-		if k.child != child && now.Before(k.until) {
+		if k.child != m.child && now.Before(k.until) {
 			kept = append(kept, k)
 		}
 	}
