@@ -166,16 +166,27 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 	return found
 }
 
-// succeeded records a success of t, sent as p, at now.
-func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time) {
+// succeeded records a success of t, sent as p, at now. waved says the
+// fast path already counted it in the host's wave (its first throttle
+// came while the success was reported).
+//
+// A success of the first wave counts once: in the nodes on its path that
+// are not budgets yet, else in the host's wave, which the host's first
+// budget takes beside its own count. Counted in both, the first wave's
+// successes read up to half again what the server let through, and the
+// search starts, and the fit reads, as if its bucket were that much
+// larger.
+func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time, waved bool) {
 	s.lastSuccess = now
 	if e := s.paths[t.path]; e != nil {
 		e.strikes = 0
 	}
 	keys := t.keys()
+	counted := waved
 	for _, k := range keys {
-		if n := s.nodes[k]; n != nil && !n.shared {
+		if n := s.nodes[k]; n != nil && !n.shared && !waved {
 			n.successes.add(p.Sent)
+			counted = true
 		}
 	}
 	n := p.budget
@@ -186,10 +197,12 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time) {
 		// No budget yet: what the server let through counts for the
 		// first one, as on the fast path (answers that announce a budget
 		// come this way).
-		s.wave.add(p.Sent)
+		if !counted {
+			s.wave.add(p.Sent)
+		}
 		return
 	}
-	if p.Sent.Before(n.since) {
+	if p.Sent.Before(n.since) && !waved {
 		// Sent before its first throttle came back: part of the same wave.
 		n.pacer.settle(1, p.Sent)
 	}

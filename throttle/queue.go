@@ -315,7 +315,7 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		if p.slot != nil && s.capServed.Load() == 0 {
 			s.capServed.CompareAndSwap(0, now.UnixNano())
 		}
-		q.succeeded(s, t, p, now)
+		q.succeeded(s, t, p, now, counted)
 	}
 	// What the answer changed may let the head of its budget go sooner.
 	if p.budget != nil {

@@ -517,3 +517,41 @@ func TestReportItemKeepsTheQueuesReading(t *testing.T) {
 		})
 	}
 }
+
+// TestFirstWaveCountedOnce checks that each success of the host's first
+// wave counts once in the burst its first budget's search starts from,
+// whether it came before the host's first throttle (the wave, counted
+// without the lock) or after it, below nodes the throttle made: counted
+// in both, the search started and the fit read as if the server's bucket
+// were half again its size (HAProxy's first wave read 571 where it let
+// 400 through).
+func TestFirstWaveCountedOnce(t *testing.T) {
+	tests := []struct {
+		name          string
+		before, after int // successes before the first throttle and after it
+	}{
+		{"all before the first throttle", 8, 0},
+		{"on both sides of it", 8, 8},
+		{"all after it", 0, 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := New(clocktest.New(t0), options.QueueOptions{})
+			host := func() *hostState { return q.state("graph.test", true, t0) }
+			for i := range tt.before {
+				q.succeededAt(host(), "/v1.0/users/"+strconv.Itoa(100+i), t0, t0.Add(time.Millisecond))
+			}
+			q.throttleTarget(targetOf(t, graph+"/v1.0/users/0"), t0, t0.Add(2*time.Millisecond), t0.Add(time.Second))
+			for i := range tt.after {
+				q.succeededAt(host(), "/v1.0/users/"+strconv.Itoa(200+i), t0.Add(time.Millisecond), t0.Add(3*time.Millisecond))
+			}
+			for i := 1; i <= 3; i++ {
+				q.throttleTarget(targetOf(t, graph+"/v1.0/users/"+strconv.Itoa(i)), t0, t0.Add(4*time.Millisecond), t0.Add(time.Second))
+			}
+			users := host().nodes["users"]
+			require.NotNil(t, users)
+			require.True(t, users.shared, "four throttled users make the users API a budget")
+			assert.Equal(t, tt.before+tt.after, users.pacer.(*adaptivePacer).burst)
+		})
+	}
+}

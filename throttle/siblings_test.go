@@ -86,7 +86,7 @@ func TestCarvedSiblingSplitOut(t *testing.T) {
 			continue
 		}
 		other := targetOf(t, graph+fmt.Sprintf("/v1.0/users/m%d/messages", 2+i%3))
-		q.succeeded(st, other, Pass{Sent: at, budget: g}, at.Add(ms))
+		q.succeeded(st, other, Pass{Sent: at, budget: g}, at.Add(ms), false)
 	}
 	n := q.budgetOf(st, hot.keys(), at)
 	require.NotNil(t, n)
