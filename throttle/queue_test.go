@@ -529,10 +529,14 @@ func TestFirstWaveCountedOnce(t *testing.T) {
 	tests := []struct {
 		name          string
 		before, after int // successes before the first throttle and after it
+		// racing is a success the lock-free path counted in the wave as
+		// the first throttle came, then reported under the lock.
+		racing bool
 	}{
-		{"all before the first throttle", 8, 0},
-		{"on both sides of it", 8, 8},
-		{"all after it", 0, 8},
+		{"all before the first throttle", 8, 0, false},
+		{"on both sides of it", 8, 8, false},
+		{"all after it", 0, 8, false},
+		{"one racing the first throttle", 8, 4, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -545,13 +549,22 @@ func TestFirstWaveCountedOnce(t *testing.T) {
 			for i := range tt.after {
 				q.succeededAt(host(), "/v1.0/users/"+strconv.Itoa(200+i), t0.Add(time.Millisecond), t0.Add(3*time.Millisecond))
 			}
+			want := tt.before + tt.after
+			if tt.racing {
+				s := host()
+				s.wave.add(t0)
+				s.mu.Lock()
+				q.succeeded(s, targetOf(t, graph+"/v1.0/users/300"), Pass{Sent: t0, host: s}, t0.Add(3*time.Millisecond), true)
+				s.mu.Unlock()
+				want++
+			}
 			for i := 1; i <= 3; i++ {
 				q.throttleTarget(targetOf(t, graph+"/v1.0/users/"+strconv.Itoa(i)), t0, t0.Add(4*time.Millisecond), t0.Add(time.Second))
 			}
 			users := host().nodes["users"]
 			require.NotNil(t, users)
 			require.True(t, users.shared, "four throttled users make the users API a budget")
-			assert.Equal(t, tt.before+tt.after, users.pacer.(*adaptivePacer).burst)
+			assert.Equal(t, want, users.pacer.(*adaptivePacer).burst)
 		})
 	}
 }
