@@ -26,6 +26,7 @@ type answer struct {
 	start  time.Time // when the request's first attempt started
 	policy options.Policy
 	batch  *batchRun // nil unless the request is a JSON batch
+	timed  int       // the request's earlier answers that named their wait
 
 	a            options.Attempt
 	built, asked bool
@@ -52,7 +53,7 @@ func (ans *answer) namedWait() (time.Duration, bool) {
 // retry n if any.
 func (r *run) newAnswer(n int, req *http.Request, resp *http.Response, err error) answer {
 	return answer{n: n, req: req, resp: resp, err: err, back: reading{clock: r.h.clock},
-		start: r.start, policy: r.policy, batch: r.batch}
+		start: r.start, policy: r.policy, batch: r.batch, timed: r.timed}
 }
 
 // attempt returns the answer as a Classifier, the policy and ShouldRetry
@@ -70,6 +71,10 @@ func (ans *answer) attempt() options.Attempt {
 		ans.a.RetryAfter, ans.a.HasRetryAfter = ans.batch.wait, ans.batch.named
 	case ans.resp != nil:
 		ans.a.RetryAfter, ans.a.HasRetryAfter = ans.namedWait()
+	}
+	ans.a.Timed = ans.timed
+	if ans.a.HasRetryAfter {
+		ans.a.Timed++
 	}
 	ans.built = true
 	return ans.a

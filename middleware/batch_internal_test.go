@@ -217,7 +217,7 @@ func TestLearnItem(t *testing.T) {
 				Item: batch.Item{ID: "1", Method: http.MethodGet, URL: tt.itemURL, Status: tt.status, Header: tt.header},
 				url:  u, sent: t0, back: t0,
 			}}
-			r := &run{h: h, policy: h.policy, batch: b, start: t0}
+			r := &run{h: h, opts: &h.opts, policy: h.policy, batch: b, start: t0}
 			ans := r.newAnswer(1, breq, nil, nil)
 			b.learn(h.queue, &ans)
 

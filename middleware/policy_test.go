@@ -317,3 +317,85 @@ func TestPolicyAskedOncePerRetry(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicySeesTimedThrottles checks what a policy is told of the
+// answers before a retry: Attempt.Timed counts those that named their
+// wait, whose retries the server timed, so that a backoff grows with the
+// failures it timed alone. A throttle that names no wait is the backoff's
+// to time, as a failure is, with the queue on or off.
+func TestPolicySeesTimedThrottles(t *testing.T) {
+	const bareItems = `{"responses":[{"id":"1","status":429},{"id":"2","status":429}]}`
+	const namedItems = `{"responses":[{"id":"1","status":429,"headers":{"Retry-After":"1"}},{"id":"2","status":200,"body":{}}]}`
+	bothOK := `{"responses":[{"id":"1","status":200,"body":{}},{"id":"2","status":200,"body":{}}]}`
+	tests := []struct {
+		name    string
+		replies []reply
+		batch   bool
+		timed   []int // Attempt.Timed at each call
+	}{
+		{"429s naming a wait, then 503s", []reply{after(429, "1"), after(429, "1"), answer(503), answer(503)}, false, []int{1, 2, 2, 2}},
+		{"a 503 naming a wait", []reply{after(503, "1"), answer(503)}, false, []int{1, 1}},
+		{"429s naming no wait, then a 503", []reply{answer(429), answer(429), answer(503)}, false, []int{0, 0, 0}},
+		{"503s alone", []reply{answer(503), answer(503)}, false, []int{0, 0}},
+		{"a batch whose items name no wait", []reply{batchOK(bareItems), batchOK(bareItems), batchOK(bothOK)}, true, []int{0, 0}},
+		{"a batch whose items name a wait", []reply{batchOK(namedItems), batchOK(bothOK)}, true, []int{1}},
+	}
+	for _, tt := range tests {
+		for _, queue := range queueModes {
+			t.Run(tt.name+"/"+queue.name, func(t *testing.T) {
+				var mu sync.Mutex
+				var timed []int
+				policy := options.PolicyFunc(func(a options.Attempt) (time.Duration, bool) {
+					mu.Lock()
+					defer mu.Unlock()
+					timed = append(timed, a.Timed)
+					return time.Second, a.Retry <= 5
+				})
+				h, clk := newHandler(t, options.RetryHandlerOptions{Policy: policy, Queue: options.QueueOptions{Disabled: queue.disabled}})
+				srv := newScripted(t, tt.replies...)
+				req := get(t, srv.URL)
+				if tt.batch {
+					req = kiotaBatch(t, srv.URL, []byte(twoItems))
+				}
+
+				got, _ := do(clk, newClient(t, h), req)
+
+				require.NoError(t, got.err)
+				assert.Equal(t, http.StatusOK, got.resp.StatusCode)
+				assert.Equal(t, tt.timed, timed)
+			})
+		}
+	}
+}
+
+// TestDefaultBackoffGrowsWithFailures checks the default backoff's
+// schedule across throttles: a failure after throttles the server timed
+// waits the first failure's delay, not the one its retry number gives.
+func TestDefaultBackoffGrowsWithFailures(t *testing.T) {
+	const first, second = 2700 * time.Millisecond, 10800 * time.Millisecond // 3 s and 12 s, less the jitter at 0.5
+	tests := []struct {
+		name    string
+		replies []reply
+		waits   []time.Duration
+	}{
+		{"503s", []reply{answer(503), answer(503)}, []time.Duration{first, second}},
+		{"two throttles naming 1 s, then two 503s", []reply{after(429, "1"), after(429, "1"), answer(503), answer(503)},
+			[]time.Duration{time.Second, time.Second, first, second}},
+		{"a 503 between throttles", []reply{answer(503), after(429, "1"), answer(503)}, []time.Duration{first, time.Second, second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, clk := newHandler(t, options.RetryHandlerOptions{
+				Policy: options.Exponential{Random: fixedHalf},
+				Queue:  options.QueueOptions{Disabled: true},
+			})
+			srv := newScripted(t, tt.replies...)
+
+			got, waits := do(clk, newClient(t, h), get(t, srv.URL))
+
+			require.NoError(t, got.err)
+			assert.Equal(t, http.StatusOK, got.resp.StatusCode)
+			assert.Equal(t, tt.waits, waits)
+		})
+	}
+}

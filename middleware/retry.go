@@ -172,6 +172,9 @@ type run struct {
 	ticket, first outage.Ticket
 	afterFailure  bool
 	handedBack    error
+	// timed counts the answers so far that named their wait
+	// (options.Attempt.Timed).
+	timed int
 }
 
 // do runs the attempts. ctx is the request's context, carrying the
@@ -255,6 +258,7 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 		}
 		actx = r.obs.retrying(ctx, retry+1, resp, err, delay)
 		r.last = keep(resp)
+		r.timed = ans.attempt().Timed
 		notBefore = ans.back.now().Add(delay)
 	}
 }

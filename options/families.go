@@ -59,8 +59,8 @@ func (p Fixed) Validate() error {
 	return firstNegative("Fixed", duration{"Interval", p.Interval})
 }
 
-// Linear retries up to Retries times; the delay before retry n (1 for the
-// first retry) is
+// Linear retries up to Retries times; the delay before retry n (the
+// Attempt's Step: 1 for the first retry) is
 //
 //	Interval + (n−1)·Delta
 //
@@ -83,7 +83,7 @@ func (p Linear) Next(a Attempt) (time.Duration, bool) {
 	}
 	interval := orDefault(p.Interval, DefaultInitialDelay)
 	delta := orDefault(p.Delta, interval)
-	return grow(interval, delta, float64(max(a.Retry, 1)-1)), true
+	return grow(interval, delta, float64(a.Step()-1)), true
 }
 
 // Validate reports a negative field.
@@ -96,7 +96,7 @@ func (p Linear) Validate() error {
 
 // AzureStorageExponential is the Azure Storage client library's default
 // policy (RetryPolicies.RetryExponential). The delay before retry n
-// (1 for the first retry) is
+// (the Attempt's Step: 1 for the first retry) is
 //
 //	k     = n − 1
 //	delay = min(MaxBackoff, MinBackoff + (2^k − 1)·DeltaBackoff·(0.8 + 0.4·u)),  u uniform in [0, 1)
@@ -130,7 +130,7 @@ func (p AzureStorageExponential) Next(a Attempt) (time.Duration, bool) {
 	minB := orDefault(p.MinBackoff, DefaultStorageMinBackoff)
 	maxB := orDefault(p.MaxBackoff, DefaultStorageMaxBackoff)
 	delta := orDefault(p.DeltaBackoff, DefaultStorageDeltaBackoff)
-	k := max(a.Retry, 1) - 1
+	k := a.Step() - 1
 	return min(maxB, grow(minB, delta, (math.Exp2(float64(k))-1)*jitter(p.Random))), true
 }
 
@@ -154,7 +154,7 @@ func (p AzureStorageExponential) Validate() error {
 // attributes count, interval, max-interval, delta, first-fast-retry and
 // condition become Count, Interval, MaxInterval, Delta, FirstFastRetry and
 // Condition. The fields that are set choose the schedule; the delay before
-// retry n (1 for the first retry) is
+// retry n (the Attempt's Step: 1 for the first retry) is
 //
 //   - Interval only: fixed, Interval.
 //   - Interval and Delta: linear, Interval + (n−1)·Delta.
@@ -208,9 +208,9 @@ func (p APIManagement) Next(a Attempt) (time.Duration, bool) {
 	if p.Condition != nil && !p.Condition(a) {
 		return 0, false
 	}
-	n := max(a.Retry, 1)
+	n := a.Step()
 	switch {
-	case p.FirstFastRetry && n == 1:
+	case p.FirstFastRetry && a.Retry <= 1:
 		return 0, true
 	case p.Delta <= 0:
 		return max(p.Interval, 0), true

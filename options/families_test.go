@@ -86,6 +86,54 @@ func TestSchedulesExact(t *testing.T) {
 	}
 }
 
+// TestSchedulesGrowWithFailures checks that each policy grows its delay
+// with the failures it timed (Attempt.Step), not with the throttles the
+// server or the queue timed (Attempt.Timed), while its retry count still
+// counts every retry.
+func TestSchedulesGrowWithFailures(t *testing.T) {
+	failure := &http.Response{StatusCode: http.StatusServiceUnavailable}
+	tests := []struct {
+		name         string
+		policy       options.Policy
+		retry, timed int
+		want         time.Duration
+		retries      bool
+	}{
+		{"Exponential, no throttle before", options.Exponential{Random: fixed(0)}, 3, 0, 27 * time.Second, true},
+		{"Exponential, after three throttles", options.Exponential{Random: fixed(0)}, 4, 3, 3 * time.Second, true},
+		{"Exponential, after a throttle and a failure", options.Exponential{Random: fixed(0)}, 3, 1, 12 * time.Second, true},
+		{"Exponential counts throttles against Retries", options.Exponential{Retries: 3, Random: fixed(0)}, 4, 3, 0, false},
+		{"Linear, after two throttles", options.Linear{}, 3, 2, 3 * time.Second, true},
+		{"AzureStorageExponential, after two throttles", options.AzureStorageExponential{Random: fixed(0)}, 3, 2, 3 * time.Second, true},
+		{"APIManagement exponential, after a throttle",
+			options.APIManagement{Count: 5, Interval: 10 * time.Second, Delta: 10 * time.Second, MaxInterval: 100 * time.Second, Random: fixed(0.5)},
+			3, 1, 20 * time.Second, true},
+		{"APIManagement's first fast retry is the first retry only",
+			options.APIManagement{Count: 3, Interval: 10 * time.Second, Delta: 5 * time.Second, FirstFastRetry: true}, 2, 1, 10 * time.Second, true},
+		{"Fixed does not grow", options.Fixed{Interval: time.Second}, 5, 4, time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := tt.policy.Next(options.Attempt{Retry: tt.retry, Timed: tt.timed, Response: failure})
+			assert.Equal(t, tt.retries, ok)
+			if ok {
+				assert.Equal(t, tt.want, got)
+			}
+		})
+	}
+}
+
+func TestAttemptStep(t *testing.T) {
+	tests := []struct {
+		retry, timed, want int
+	}{
+		{1, 0, 1}, {3, 0, 3}, {3, 1, 2}, {3, 3, 1}, {1, 1, 1}, {0, 0, 1},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, options.Attempt{Retry: tt.retry, Timed: tt.timed}.Step(), "Retry %d, Timed %d", tt.retry, tt.timed)
+	}
+}
+
 func TestSchedulesBoundsWithRealRandom(t *testing.T) {
 	const draws = 2000
 	tests := []struct {

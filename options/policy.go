@@ -12,6 +12,11 @@ import (
 type Attempt struct {
 	// Retry is the retry about to be made: 1 for the first retry.
 	Retry int
+	// Timed is how many of the request's failed attempts so far, this one
+	// included, named the wait before their retry (HasRetryAfter): the
+	// server timed those retries, not a backoff, and Step leaves them out.
+	// 0 in an Attempt built by hand.
+	Timed int
 	// Elapsed is the time since the first attempt started.
 	Elapsed time.Duration
 	// Request is the request of the failed attempt.
@@ -81,6 +86,15 @@ type Policy interface {
 	Next(a Attempt) (delay time.Duration, retry bool)
 }
 
+// Step is the retry's place in a schedule that grows: the failures a
+// backoff timed, Retry less Timed, at least 1. The built-in policies
+// that grow (Linear, Exponential, AzureStorageExponential and
+// APIManagement) grow with Step and count their retries with Retry, so
+// that a request throttled three times with a Retry-After and then
+// failing without one waits the first failure's delay, not the fourth's.
+// Without such throttles Step is Retry.
+func (a Attempt) Step() int { return max(a.Retry-a.Timed, 1) }
+
 // PolicyFunc adapts an ordinary function to the Policy interface.
 type PolicyFunc func(a Attempt) (time.Duration, bool)
 
@@ -88,7 +102,8 @@ type PolicyFunc func(a Attempt) (time.Duration, bool)
 func (f PolicyFunc) Next(a Attempt) (time.Duration, bool) { return f(a) }
 
 // Exponential is the Graph design's default backoff. The delay
-// before retry n (1 for the first retry) is
+// before retry n (the Attempt's Step: 1 for the first retry, and for
+// a failure that only throttles naming their wait came before) is
 //
 //	d(n)  = min(MaxDelay, InitialDelay · n²)
 //	delay = d(n) · (1 − 0.2·u),  u uniform in [0, 1)
@@ -120,7 +135,7 @@ func (p Exponential) Next(a Attempt) (time.Duration, bool) {
 	}
 	initial := orDefault(p.InitialDelay, DefaultInitialDelay)
 	maxDelay := orDefault(p.MaxDelay, DefaultMaxDelay)
-	n := max(a.Retry, 1)
+	n := a.Step()
 	d := maxDelay
 	// Compare in float64 so that a large retry number cannot overflow.
 	if f := float64(initial) * float64(n) * float64(n); f < float64(maxDelay) {
