@@ -376,9 +376,12 @@ func (r *run) holdDeadline(ctx context.Context, now time.Time) (time.Time, strin
 			deadline, limit = t, stopTimeLimit
 		}
 	}
-	// Context deadlines are wall-clock time, whatever the handler's clock.
+	// Context deadlines are wall-clock time, whatever the handler's clock:
+	// the time left is read against the handler's clock read at the same
+	// moment, not against now, which the outage gate's wait may have
+	// left seconds behind.
 	if d, ok := ctx.Deadline(); ok {
-		if t := now.Add(time.Until(d)); t.Before(deadline) {
+		if t := r.h.clock.Now().Add(time.Until(d)); t.Before(deadline) {
 			deadline, limit = t, stopDeadline
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	nethttplibrary "github.com/microsoft/kiota-http-go"
@@ -394,6 +395,54 @@ func TestRetryHandler_Deadline(t *testing.T) {
 		})
 	}
 }
+
+// A retry of a failure on a host the queue paces keeps its whole deadline
+// after the outage gate has waited out its delay: the deadline is read
+// against the clock when the queue takes the retry, not when the delay
+// began (which once refused every retry whose delay was more than half
+// the time left, with the answer in hand). Run in a bubble, where the
+// context's deadline and the handler's clock keep the same time.
+func TestRetryHandler_RetryAfterFailureKeepsItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		statuses := []int{http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusOK}
+		var sent []time.Duration
+		start := time.Now()
+		rt := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			sent = append(sent, time.Since(start))
+			st := statuses[min(len(sent), len(statuses))-1]
+			h := http.Header{}
+			if st == http.StatusTooManyRequests {
+				h.Set("Retry-After", "1")
+			}
+			return &http.Response{StatusCode: st, Header: h, Body: io.NopCloser(strings.NewReader("")), Request: req}, nil
+		})
+		// 10 s for a failure, the server's wait for a throttle.
+		policy := options.PolicyFunc(func(a options.Attempt) (time.Duration, bool) {
+			if a.HasRetryAfter {
+				return a.RetryAfter, true
+			}
+			return 10 * time.Second, a.Retry <= 3
+		})
+		h, err := middleware.NewRetryHandler(options.RetryHandlerOptions{Policy: policy})
+		require.NoError(t, err)
+		// The 503's retry is due at 11 s, 7 s before the deadline.
+		ctx, cancel := context.WithTimeout(context.Background(), 18*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://graph.test/v1.0/me", nil)
+
+		resp, err := h.Intercept(directPipeline{rt}, 0, req)
+
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.Equal(t, []time.Duration{0, time.Second, 11 * time.Second}, sent)
+	})
+}
+
+// roundTripFunc adapts a function to http.RoundTripper.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // A throttle that would hold a retry past the deadline gives the caller
 // its own last response at once.
