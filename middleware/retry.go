@@ -203,6 +203,10 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 	actx := ctx // the current attempt's context: carries its span
 	for retry := 0; ; retry++ {
 		pass, held, err := r.admit(ctx, retry, notBefore)
+		if held != "" || err != nil {
+			// A ticket the gate gave is handed back unused.
+			r.reportHost(outage.Unsent, 0)
+		}
 		if held != "" {
 			return r.giveUp(retry, held, r.handedBack)
 		}
@@ -221,7 +225,7 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 			// it hears of it.
 			ans := r.newAnswer(retry+1, nil, nil, err)
 			r.observe(&ans, pass)
-			r.reportHost(outage.NoAnswer, 0)
+			r.reportHost(outage.Unsent, 0)
 			return r.giveUp(retry, stopRewind, fmt.Errorf("preparing attempt %d: %w", retry+1, err))
 		}
 		r.drop()

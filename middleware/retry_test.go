@@ -439,6 +439,48 @@ func TestRetryHandler_RetryAfterFailureKeepsItsDeadline(t *testing.T) {
 	})
 }
 
+// A retry the gate charged to the host's retry budget and the queue then
+// held past its limits is never sent, and its token comes back: retries
+// the queue refuses do not spend the budget of the host's other failures.
+func TestRetryHandler_UnsentRetryKeepsTheBudget(t *testing.T) {
+	rt := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		st, h := http.StatusOK, http.Header{}
+		switch {
+		case req.URL.Path == "/held" && req.Header.Get("Retry-Attempt") == "" && req.URL.RawQuery == "first":
+			st = http.StatusTooManyRequests
+			h.Set("Retry-After", "600")
+		case req.URL.Path == "/held":
+			st = http.StatusInternalServerError // a failure, from a host that is up
+		case req.URL.Path == "/failing" && req.Header.Get("Retry-Attempt") == "":
+			st = http.StatusServiceUnavailable
+		}
+		return &http.Response{StatusCode: st, Header: h, Body: http.NoBody, Request: req}, nil
+	})
+	h, clk := newHandler(t, options.RetryHandlerOptions{Policy: fixedPolicy(3, time.Second), MaxElapsed: time.Minute,
+		StatusCodes: []int{http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusServiceUnavailable}})
+	client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(rt, h)}
+	send := func(path string, opts ...options.RetryHandlerOptions) int {
+		ctx := context.Background()
+		if len(opts) > 0 {
+			ctx = context.WithValue(ctx, options.Key(), &opts[0])
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://graph.test"+path, nil)
+		res, _ := do(clk, client, req)
+		require.NoError(t, res.err)
+		return res.resp.StatusCode
+	}
+	// The server holds /held for 10 minutes; /held?first's own retry is off.
+	require.Equal(t, http.StatusTooManyRequests, send("/held?first", options.RetryHandlerOptions{MaxRetries: -1}))
+	// Each request to /held is sent (a first attempt the queue would hold
+	// past its limits goes), fails, and its retry is held past a minute:
+	// more retries than the budget's reserve and their halves hold.
+	for range 30 {
+		require.Equal(t, http.StatusInternalServerError, send("/held"))
+	}
+
+	assert.Equal(t, http.StatusOK, send("/failing"), "the failure is retried")
+}
+
 // roundTripFunc adapts a function to http.RoundTripper.
 type roundTripFunc func(*http.Request) (*http.Response, error)
 

@@ -31,8 +31,8 @@
 // Each host has a token bucket: gRPC's retry throttling and the AWS SDK's
 // retry quota, sized as Envoy sizes its budget. Each request puts
 // retryRatio (half a token) in as it starts; each retry of a failure takes
-// a whole token when it is sent and gives it back when the host answers it;
-// a retry that finds less than a token is not made, and the caller gets the
+// a whole token when it is sent and gives it back when the host answers it
+// or when it is not sent after all (Unsent); a retry that finds less than a token is not made, and the caller gets the
 // answer in hand. The bucket starts with budgetReserve (10) and holds at
 // most that plus half a token per request still active: what a burst that
 // ended left is dropped, so that an outage meets no stock of retries saved

@@ -70,9 +70,14 @@ const (
 	Answered Outcome = iota
 	// Failed: a 502, a 503 or 504 without Retry-After, a transport error.
 	Failed
-	// NoAnswer: the attempt was canceled or could not be sent; it says
-	// nothing of the host.
+	// NoAnswer: the attempt was canceled on its way; it says nothing of
+	// the host.
 	NoAnswer
+	// Unsent: the attempt the gate let go was never sent (the throttle
+	// queue held it past its limits, its context ended while queued, it
+	// could not be prepared). It says nothing of the host, and the token
+	// it took for a retry comes back: the host bore no load for it.
+	Unsent
 )
 
 // Attempt describes an attempt asking Admit to go.
@@ -469,7 +474,10 @@ func (hs *Hosts) Report(host string, t Ticket, o Outcome, next time.Duration) {
 		}
 		h.mu.Unlock()
 		hs.notify(h, changes)
-	case NoAnswer:
+	case NoAnswer, Unsent:
+		if o == Unsent && t.charged {
+			h.budget.refund()
+		}
 		if !t.Probe {
 			return
 		}

@@ -132,6 +132,7 @@ func TestDownAfterFailuresInARow(t *testing.T) {
 		{"the streak", slices.Repeat([]Outcome{Failed}, downAfter), options.HostDown},
 		{"an answer breaks the streak", append(append(slices.Repeat([]Outcome{Failed}, downAfter-1), Answered), slices.Repeat([]Outcome{Failed}, downAfter-1)...), options.HostUp},
 		{"no answer says nothing", append(append(slices.Repeat([]Outcome{Failed}, downAfter-1), NoAnswer), Failed), options.HostDown},
+		{"an attempt never sent says nothing", append(append(slices.Repeat([]Outcome{Failed}, downAfter-1), Unsent), Failed), options.HostDown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -279,16 +280,20 @@ func TestDownAgainDuringTheRamp(t *testing.T) {
 func TestRetryBudget(t *testing.T) {
 	tests := []struct {
 		name     string
-		requests int  // requests started besides warm's one
-		ended    bool // and ended before the retries
-		answered int  // of the first retries made, answered
+		requests int     // requests started besides warm's one
+		ended    bool    // and ended before the retries
+		reported int     // of the first retries made, reported
+		outcome  Outcome // as this
 		asked    int
 		want     int
 	}{
-		{"the reserve and warm's half", 0, false, 0, 15, budgetReserve},
-		{"each active request adds half a retry", 6, false, 0, 20, budgetReserve + 3},
-		{"an answered retry gives its token back", 0, false, 3, 15, budgetReserve + 3},
-		{"ended requests no longer count", 6, true, 0, 20, budgetReserve},
+		{"the reserve and warm's half", 0, false, 0, Answered, 15, budgetReserve},
+		{"each active request adds half a retry", 6, false, 0, Answered, 20, budgetReserve + 3},
+		{"an answered retry gives its token back", 0, false, 3, Answered, 15, budgetReserve + 3},
+		{"a retry never sent gives its token back", 0, false, 3, Unsent, 15, budgetReserve + 3},
+		{"a failed retry keeps it", 0, false, 3, Failed, 15, budgetReserve},
+		{"a retry canceled on its way keeps it", 0, false, 3, NoAnswer, 15, budgetReserve},
+		{"ended requests no longer count", 6, true, 0, Answered, 20, budgetReserve},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -313,8 +318,8 @@ func TestRetryBudget(t *testing.T) {
 					require.ErrorIs(t, err, ErrBudget)
 					continue
 				}
-				if made < tt.answered {
-					hs.Report(api, tk, Answered, 0)
+				if made < tt.reported {
+					hs.Report(api, tk, tt.outcome, 0)
 				}
 				made++
 			}
@@ -417,18 +422,22 @@ func TestColdStartIsNotHandedBack(t *testing.T) {
 // TestCanceledProbeLetsAnotherGo: a probe that gets no answer frees the
 // slot at once.
 func TestCanceledProbeLetsAnotherGo(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g := newGate(t)
-		g.down()
-		g.admit(Attempt{NotBefore: t0, First: true})
-		next := g.admit(Attempt{NotBefore: t0, First: true})
-		g.hs.Report(api, g.done()[0].t, NoAnswer, 0)
-		synctest.Wait()
-		got := g.done()
-		require.Len(t, got, 2)
-		assert.Equal(t, next, got[1].id)
-		assert.True(t, got[1].t.Probe)
-	})
+	for name, o := range map[string]Outcome{"canceled on its way": NoAnswer, "never sent": Unsent} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newGate(t)
+				g.down()
+				g.admit(Attempt{NotBefore: t0, First: true})
+				next := g.admit(Attempt{NotBefore: t0, First: true})
+				g.hs.Report(api, g.done()[0].t, o, 0)
+				synctest.Wait()
+				got := g.done()
+				require.Len(t, got, 2)
+				assert.Equal(t, next, got[1].id)
+				assert.True(t, got[1].t.Probe)
+			})
+		})
+	}
 }
 
 // TestCanceledWaiterLeaves: a held request whose context ends leaves the
