@@ -75,6 +75,32 @@ func ExampleExponential() {
 	// retry 5 after 1m7.5s
 }
 
+// A request throttled twice with Retry-After: 1 and then failing twice
+// without one: the server timed the first two retries, and the backoff
+// times the failures from its first step (Attempt.Step), not from the
+// retry numbers 3 and 4.
+func ExampleAttempt_Step() {
+	p := options.Exponential{Random: midpoint}
+	answers := []struct {
+		retryAfter time.Duration
+		named      bool
+	}{{time.Second, true}, {time.Second, true}, {0, false}, {0, false}}
+	timed := 0
+	for i, ans := range answers {
+		if ans.named {
+			timed++
+		}
+		a := options.Attempt{Retry: i + 1, Timed: timed, RetryAfter: ans.retryAfter, HasRetryAfter: ans.named}
+		d, _ := p.Next(a)
+		fmt.Printf("retry %d (step %d) after %v\n", a.Retry, a.Step(), d)
+	}
+	// Output:
+	// retry 1 (step 1) after 1s
+	// retry 2 (step 1) after 1s
+	// retry 3 (step 1) after 2.7s
+	// retry 4 (step 2) after 10.8s
+}
+
 // The storage client's defaults: about 3 s, then about 30 s, then 90 s.
 func ExampleAzureStorageExponential() {
 	printSchedule(options.AzureStorageExponential{Random: midpoint})
