@@ -276,29 +276,38 @@ func TestNewRetryHandlerRejectsInvalidPolicies(t *testing.T) {
 // names no wait and the delay: a stateful policy (kiota-http-go's schedule
 // adds up the delays it gave) must not be asked again for the same retry.
 // A batch's items throttled without a wait are held for that same answer.
+// Each call also says how many answers so far named their wait
+// (Attempt.Timed), with the queue on or off.
 func TestPolicyAskedOncePerRetry(t *testing.T) {
 	const bareItems = `{"responses":[{"id":"1","status":429},{"id":"2","status":429}]}`
+	const namedItems = `{"responses":[{"id":"1","status":429,"headers":{"Retry-After":"1"}},{"id":"2","status":200,"body":{}}]}`
 	bothOK := `{"responses":[{"id":"1","status":200,"body":{}},{"id":"2","status":200,"body":{}}]}`
 	tests := []struct {
 		name    string
 		replies []reply
 		batch   bool
 		retries []int // the retry each call was about
+		// Attempt.Timed at each call: the answers so far that named their
+		// wait, whose retries the server timed rather than a backoff.
+		timed []int
 	}{
-		{"429s naming no wait", []reply{answer(429), answer(429), answer(429)}, false, []int{1, 2, 3}},
-		{"429s naming a wait", []reply{after(429, "2"), after(429, "2")}, false, []int{1, 2}},
-		{"503s", []reply{answer(503), answer(503)}, false, []int{1, 2}},
-		{"a batch whose items name no wait", []reply{batchOK(bareItems), batchOK(bareItems), batchOK(bothOK)}, true, []int{1, 2}},
+		{"429s naming no wait", []reply{answer(429), answer(429), answer(429)}, false, []int{1, 2, 3}, []int{0, 0, 0}},
+		{"429s naming a wait", []reply{after(429, "2"), after(429, "2")}, false, []int{1, 2}, []int{1, 2}},
+		{"503s", []reply{answer(503), answer(503)}, false, []int{1, 2}, []int{0, 0}},
+		{"429s naming a wait, then 503s", []reply{after(429, "1"), after(429, "1"), answer(503), answer(503)}, false, []int{1, 2, 3, 4}, []int{1, 2, 2, 2}},
+		{"a 503 naming a wait, then one naming none", []reply{after(503, "1"), answer(503)}, false, []int{1, 2}, []int{1, 1}},
+		{"a batch whose items name no wait", []reply{batchOK(bareItems), batchOK(bareItems), batchOK(bothOK)}, true, []int{1, 2}, []int{0, 0}},
+		{"a batch whose items name a wait", []reply{batchOK(namedItems), batchOK(bothOK)}, true, []int{1}, []int{1}},
 	}
 	for _, tt := range tests {
 		for _, queue := range queueModes {
 			t.Run(tt.name+"/"+queue.name, func(t *testing.T) {
 				var mu sync.Mutex
-				var asked []int
+				var asked, timed []int
 				policy := options.PolicyFunc(func(a options.Attempt) (time.Duration, bool) {
 					mu.Lock()
 					defer mu.Unlock()
-					asked = append(asked, a.Retry)
+					asked, timed = append(asked, a.Retry), append(timed, a.Timed)
 					return time.Second, a.Retry <= 5
 				})
 				h, clk := newHandler(t, options.RetryHandlerOptions{Policy: policy, Queue: options.QueueOptions{Disabled: queue.disabled}})
@@ -313,55 +322,6 @@ func TestPolicyAskedOncePerRetry(t *testing.T) {
 				require.NoError(t, got.err)
 				assert.Equal(t, http.StatusOK, got.resp.StatusCode)
 				assert.Equal(t, tt.retries, asked)
-			})
-		}
-	}
-}
-
-// TestPolicySeesTimedThrottles checks what a policy is told of the
-// answers before a retry: Attempt.Timed counts those that named their
-// wait, whose retries the server timed, so that a backoff grows with the
-// failures it timed alone. A throttle that names no wait is the backoff's
-// to time, as a failure is, with the queue on or off.
-func TestPolicySeesTimedThrottles(t *testing.T) {
-	const bareItems = `{"responses":[{"id":"1","status":429},{"id":"2","status":429}]}`
-	const namedItems = `{"responses":[{"id":"1","status":429,"headers":{"Retry-After":"1"}},{"id":"2","status":200,"body":{}}]}`
-	bothOK := `{"responses":[{"id":"1","status":200,"body":{}},{"id":"2","status":200,"body":{}}]}`
-	tests := []struct {
-		name    string
-		replies []reply
-		batch   bool
-		timed   []int // Attempt.Timed at each call
-	}{
-		{"429s naming a wait, then 503s", []reply{after(429, "1"), after(429, "1"), answer(503), answer(503)}, false, []int{1, 2, 2, 2}},
-		{"a 503 naming a wait", []reply{after(503, "1"), answer(503)}, false, []int{1, 1}},
-		{"429s naming no wait, then a 503", []reply{answer(429), answer(429), answer(503)}, false, []int{0, 0, 0}},
-		{"503s alone", []reply{answer(503), answer(503)}, false, []int{0, 0}},
-		{"a batch whose items name no wait", []reply{batchOK(bareItems), batchOK(bareItems), batchOK(bothOK)}, true, []int{0, 0}},
-		{"a batch whose items name a wait", []reply{batchOK(namedItems), batchOK(bothOK)}, true, []int{1}},
-	}
-	for _, tt := range tests {
-		for _, queue := range queueModes {
-			t.Run(tt.name+"/"+queue.name, func(t *testing.T) {
-				var mu sync.Mutex
-				var timed []int
-				policy := options.PolicyFunc(func(a options.Attempt) (time.Duration, bool) {
-					mu.Lock()
-					defer mu.Unlock()
-					timed = append(timed, a.Timed)
-					return time.Second, a.Retry <= 5
-				})
-				h, clk := newHandler(t, options.RetryHandlerOptions{Policy: policy, Queue: options.QueueOptions{Disabled: queue.disabled}})
-				srv := newScripted(t, tt.replies...)
-				req := get(t, srv.URL)
-				if tt.batch {
-					req = kiotaBatch(t, srv.URL, []byte(twoItems))
-				}
-
-				got, _ := do(clk, newClient(t, h), req)
-
-				require.NoError(t, got.err)
-				assert.Equal(t, http.StatusOK, got.resp.StatusCode)
 				assert.Equal(t, tt.timed, timed)
 			})
 		}
