@@ -32,12 +32,12 @@
 // retry quota, sized as Envoy sizes its budget. Each request puts
 // retryRatio (half a token) in as it starts; each retry of a failure takes
 // a whole token when it is sent and gives it back when the host answers it
-// or when it is not sent after all (Unsent); a retry that finds less than a token is not made, and the caller gets the
-// answer in hand. The bucket starts with budgetReserve (10) and holds at
-// most that plus half a token per request still active: what a burst that
-// ended left is dropped, so that an outage meets no stock of retries saved
-// up before it, while a request in its backoff keeps its share however long
-// the backoff. So a host that fails every request is sent at most ten plus
+// or when it is not sent after all (Unsent); a retry that finds less than
+// a token is not made, and the caller gets the answer in hand. The bucket
+// starts with budgetReserve (10) and holds at most that plus half a token
+// per request still active: what a burst that ended left is dropped, so
+// that an outage meets no stock of retries saved up before it, while a
+// request in its backoff keeps its share however long the backoff. So a host that fails every request is sent at most ten plus
 // half as many retries as there were requests, however many are in flight;
 // a host that fails a share at random keeps getting its retries while they
 // are answered often enough to pay for themselves (at 30 % failing, a
