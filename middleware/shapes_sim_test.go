@@ -60,20 +60,23 @@ func limiterShapes() []limiterShape {
 		{name: "Retry-After 3 s on a 40-token bucket at 400/s", rule: func() throttletest.Rule {
 			return retryAfterRule(shapeRule(throttletest.BucketLimiter(bucket), nil), 3)
 		}, limit: 5 * time.Second, mostAttempts: 1.1, mostOver: 1.65},
-		// A known miss (docs/benchmarks.md): HAProxy's sliding window counts
-		// the requests it refuses, so a pace that overruns it stays refused
-		// until it stops. The first wave spends 400 at once and is refused
-		// 200 more, which the next second still counts, and so are the
-		// retries that come back one second later. A pace whose releases
-		// are all refused stops until the throttle's wait ends, but for a
-		// probe: 1.17 and 1.04 attempts a request (GET, POST), against 1.30
-		// and 1.19 while it held half its rate and sent into the window;
-		// 1.75x and 1.47x of the limit, against 1.78x and 1.56x. Since
-		// the first wave's successes count once (its 400, not 571, start
-		// the search), the GETs read 1.125 attempts and 1.43x.
+		// HAProxy's sliding window counts the requests it refuses, so a
+		// pace that overruns it stays refused until it stops. The first
+		// wave spends 400 at once and is refused 200 more, which the next
+		// second still counts, and so are the retries that come back one
+		// second later. A pace whose releases are all refused stops until
+		// the throttle's wait ends, but for a probe: 1.17 and 1.04
+		// attempts a request (GET, POST), against 1.30 and 1.19 while it
+		// held half its rate and sent into the window. The limit is 5 s
+		// (realproxy.StickTableFloor: 400 at once, nothing until the first
+		// second ends, then 400 a second); until 2026-11 this case read
+		// its figures against 4 s, a quarter high. Since the first wave's
+		// successes count once, the GETs read 1.13 attempts and 1.14x;
+		// since a refusal soon after a fit lets the curve climb back to
+		// it, the POSTs 1.14x (1.18x before).
 		{name: "HAProxy's stick table, 400 per 1 s counting refusals, Retry-After 1", rule: func() throttletest.Rule {
 			return retryAfterRule(shapeRule(throttletest.StickTableLimiter(throttletest.StickTable{Limit: 400, Period: time.Second})), 1)
-		}, limit: 4 * time.Second, mostAttempts: 1.2, mostOver: 1.7},
+		}, limit: 5 * time.Second, mostAttempts: 1.2, mostOver: 1.36},
 		// Bench scenario (m): every request is answered 503 without
 		// Retry-After for 5 s, then the bucket serves for 5 s, and so on.
 		// The limit is 9.9 s: all 2000 in the first up period, at 400/s

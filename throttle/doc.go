@@ -81,7 +81,10 @@
 //     runs is the same closure of the server's budget (a fixed window
 //     throttles whatever is sent until it opens): within it the pace falls
 //     once, to half, not once per throttle, so that it is there when the
-//     window opens. When the server refuses every release since that
+//     window opens, and climbs back from there along the curve to the
+//     rate the decrease fitted, as CUBIC's window climbs back to where it
+//     was lost (a sliding window still counting an overshoot refuses a
+//     release or two after a fit that was right). When the server refuses every release since that
 //     decrease (shutAfter in a row), the pace stops until the wait ends,
 //     but for a probe an eighth of the wait apart, which a refusal does
 //     not slow: a closed window serves nothing, and one that counts its

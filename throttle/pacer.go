@@ -122,6 +122,7 @@ const (
 type adaptivePacer struct {
 	state   pacerState
 	base    float64   // steady: the fitted rate
+	from    float64   // steady: where the curve starts; zero: base·dip
 	start   time.Time // when the current rate began
 	reacted time.Time // last decrease; older sends are ignored
 	last    time.Time // the last release
@@ -148,6 +149,10 @@ type adaptivePacer struct {
 	// met within that wait by releases sent after its decrease: a server
 	// that refuses every one is closed, not slow.
 	refusedRun int
+	// shutSince is when the pace last shut (see shut), zero once it
+	// reopened: the curve stands still while it is shut, so that it is
+	// where the closure left it when the window opens.
+	shutSince time.Time
 	// releases holds the time since start of each release since start, in
 	// order, to fit the server's rate.
 	releases []time.Duration
@@ -174,7 +179,7 @@ const (
 func newAdaptivePacer(time.Time) *adaptivePacer { return &adaptivePacer{} }
 
 func (p *adaptivePacer) rateAt(now time.Time) float64 {
-	elapsed := max(now.Sub(p.start)-p.idle, 0).Seconds()
+	elapsed := max(now.Sub(p.start)-p.idle-p.shutFor(now), 0).Seconds()
 	var r float64
 	switch p.state {
 	case pacerCold:
@@ -187,8 +192,14 @@ func (p *adaptivePacer) rateAt(now time.Time) float64 {
 		step := p.step().Seconds()
 		r = p.searchFrom() * math.Exp2(elapsed/step)
 	default:
+		// CUBIC's curve, from where the last decrease left the pace back
+		// to the fitted rate within k: fast at first, flat near it.
 		k := math.Cbrt((1 - dip) / cubic)
-		r = p.base * (1 + cubic*math.Pow(min(elapsed-k, 0), 3))
+		from := p.from
+		if from == 0 {
+			from = p.base * dip
+		}
+		r = p.base - (p.base-from)*math.Pow(max(k-elapsed, 0)/k, 3)
 		if beyond := elapsed - max(k, probeAfter.Seconds(), 2*p.period); beyond > 0 {
 			// Past the fit, probe by doubling: a throttle then holds only
 			// the probe that met it, so a server whose rate rose is
@@ -294,6 +305,19 @@ func (p *adaptivePacer) shut(now time.Time) bool {
 	return p.state == pacerSteady && p.refusedRun >= shutAfter && now.Before(p.closed)
 }
 
+// shutFor returns how long the pace has been shut by now: until the
+// closure's wait ends, or a success reopened it.
+func (p *adaptivePacer) shutFor(now time.Time) time.Duration {
+	if p.shutSince.IsZero() {
+		return 0
+	}
+	end := now
+	if p.closed.Before(end) {
+		end = p.closed
+	}
+	return max(end.Sub(p.shutSince), 0)
+}
+
 // searchFrom is the rate the search starts at: searchStart times the
 // first wave's successes per Retry-After period.
 func (p *adaptivePacer) searchFrom() float64 {
@@ -320,6 +344,8 @@ func (p *adaptivePacer) succeeded(sent, now time.Time) {
 	p.observe(sent, now)
 	if p.state == pacerSteady && sent.After(p.reacted) {
 		p.refusedRun = 0
+		p.idle += p.shutFor(now)
+		p.shutSince = time.Time{}
 	}
 	if p.state != pacerCold && sent.Before(p.waveEnd) {
 		p.waveLast = later(p.waveLast, now)
@@ -368,10 +394,28 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		case p.state == pacerSteady:
 			floor = p.rateAt(sent) / 2
 		}
-		p.base = max(p.fit(sent), floor, 1)
+		fit := max(p.fit(sent), 1)
+		p.from = 0
+		if closing && fit < floor && p.base > floor {
+			// A refusal within the closure that the fit cannot read (a
+			// release or two since the decrease) drops the pace to the
+			// closure's floor, for a window that stays shut, and the
+			// curve climbs back from there to the decrease's fit, as
+			// CUBIC's climbs back to the window before its loss: one
+			// late refusal (a sliding window still counting the
+			// overshoot) does not halve the pace for the curve's whole
+			// span, and a fixed window opens onto the floor.
+			p.from = floor
+		} else {
+			p.base = max(fit, floor)
+		}
 		p.state = pacerSteady
+		p.shutSince = time.Time{}
 		if closing {
 			p.refusedRun++
+			if p.refusedRun >= shutAfter {
+				p.shutSince = now
+			}
 		} else {
 			p.closed, p.closedFloor = end, max(floor, p.rateAt(sent)/2)
 			p.refusedRun = 0

@@ -351,19 +351,63 @@ func TestPacerClosedBudget(t *testing.T) {
 			}
 			p.throttled(ms(at+10), ms(at+11), ms(at+11).Add(tt.wait))
 			require.Equal(t, pacerSteady, p.state)
-			var bases []float64
+			var rates []float64 // the pace each throttle leaves
 			for i := range 10 {
 				at += 10
 				p.sent(ms(at + i))
 				p.throttled(ms(at+i), ms(at+i+1), ms(at+i+1).Add(tt.wait))
-				bases = append(bases, p.base)
+				rates = append(rates, p.rateAt(ms(at+i+1)))
 			}
 			if tt.closed {
-				assert.Equal(t, bases[1], bases[9], "held at the closure's floor")
-				assert.Greater(t, bases[9], bases[0]/3)
+				assert.InDelta(t, rates[1], rates[9], 1e-9, "held at the closure's floor")
+				assert.Greater(t, rates[9], rates[0]/3)
 			} else {
-				assert.Less(t, bases[9], bases[0]/8, "each throttle lowers it")
+				assert.Less(t, rates[9], rates[0]/8, "each throttle lowers it")
 			}
+		})
+	}
+}
+
+// TestPacerClimbsBackFromTheClosure checks that a refusal within a
+// closure that the fit cannot read drops the pace to the closure's floor
+// and that the curve climbs back from there to the rate the decrease
+// fitted, where a throttle after the closure fits anew: a sliding window
+// still counting an overshoot refuses a release or two after a fit that
+// was right, and held at half for the curve's span the pace left a
+// quarter of HAProxy's rate unused.
+func TestPacerClimbsBackFromTheClosure(t *testing.T) {
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	k := time.Duration(math.Cbrt((1-dip)/cubic) * float64(time.Second))
+	tests := []struct {
+		name    string
+		refused time.Time // when the release after the decrease was refused
+		climbs  bool
+	}{
+		{"refused within the decrease's wait", ms(41), true},
+		{"refused after it", ms(1041), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.settle(100, t0)
+			p.throttled(ms(0), ms(1), ms(1001))
+			for i := range 20 {
+				p.sent(ms(10 + i))
+			}
+			p.throttled(ms(25), ms(26), ms(1026)) // the decrease: closed until 1026
+			require.Equal(t, pacerSteady, p.state)
+			fitted := p.base
+			sent := tt.refused.Add(-time.Millisecond)
+			p.sent(sent)
+			p.throttled(sent, tt.refused, tt.refused.Add(time.Second))
+			if !tt.climbs {
+				assert.Less(t, p.rateAt(tt.refused.Add(k)), fitted/2, "a new decrease: the pace stays down")
+				return
+			}
+			assert.InDelta(t, p.closedFloor, p.rateAt(tt.refused), 1e-9, "at the closure's floor")
+			assert.Less(t, p.closedFloor, fitted*0.75)
+			assert.InDelta(t, fitted, p.rateAt(tt.refused.Add(k)), fitted*1e-6, "back at the fit within the curve's span")
+			assert.Greater(t, p.rateAt(tt.refused.Add(k/2)), p.closedFloor+(fitted-p.closedFloor)*0.8, "fast at first")
 		})
 	}
 }

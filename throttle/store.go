@@ -285,7 +285,7 @@ func budgetDepth(budget string) int {
 // releases a budget at, as if its own fit had found it: steady, probing
 // above it in time, slowed by the throttles it meets.
 func (p *adaptivePacer) follow(rate float64, now time.Time) {
-	p.state, p.base, p.period = pacerSteady, rate, 1
+	p.state, p.base, p.from, p.period = pacerSteady, rate, 0, 1
 	p.start, p.reacted, p.last, p.idle = now, now, now, 0
 }
 
@@ -301,7 +301,9 @@ func (p *adaptivePacer) follow(rate float64, now time.Time) {
 // Current rates would double each process's search into the sum. Once
 // steady, it is the rate the pacer fitted or followed, not where its
 // probe has risen to: a probe rises while nothing is sent, and a share
-// above the server's rate would start the fleet's next search there.
+// above the server's rate would start the fleet's next search there;
+// nor, while the pace climbs back from a closure's floor, the fit it
+// climbs to.
 func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
 	if q.store == nil || !n.paces(now, q.recovery) || n.budget.live(now, q.recovery) {
 		// A budget the server announces is paced by each process from
@@ -317,8 +319,13 @@ func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
 		return options.Pace{}, false
 	}
 	r := ap.base
-	if ap.state == pacerSearching {
+	switch {
+	case ap.state == pacerSearching:
 		r = ap.searchFrom()
+	case ap.from != 0:
+		// Climbing back from a closure's floor: the fit is where the
+		// curve goes, not yet a rate the server took again.
+		r = min(r, ap.rateAt(now))
 	}
 	if !(r > 0) || math.IsInf(r, 0) {
 		return options.Pace{}, false
