@@ -62,8 +62,13 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 	// out together and throttled together, and it may be a budget of its
 	// own.
 	concurrent := p.Sent.Before(item.at)
-	if !item.at.IsZero() && !concurrent && s.lastSuccess.After(item.at) {
-		item.strikes++ // throttled again after its wait, while others succeed
+	if !item.at.IsZero() && !p.Sent.Before(item.named) && s.lastSuccess.After(item.at) {
+		// Throttled again after waiting out its wait, while others
+		// succeed. A request its budget's pace released within that wait
+		// is no strike: behind a bare 429, whose wait is the policy's
+		// 3 s, two paced releases refused in a row locked one of nginx's
+		// zones, whose own word then held every request to it.
+		item.strikes++
 	}
 	item.named, item.at, item.seq = later(item.named, end), now, s.seq
 	keys := t.keys()

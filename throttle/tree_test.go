@@ -116,6 +116,48 @@ func TestThrottlesTogetherMakeAnItemABudget(t *testing.T) {
 	assert.True(t, st.held(post).IsZero(), "its pace governs it now")
 }
 
+// TestPacedRefusalsAreNoStrikes checks that an item is locked only by
+// throttles of requests that waited out its previous wait: a budget's
+// paced releases refused within a bare 429's 3 s wait (a zone of nginx
+// still refusing while the pace finds its rate) leave it a budget, paced,
+// not held by the server's word for 3 s.
+func TestPacedRefusalsAreNoStrikes(t *testing.T) {
+	ms := time.Millisecond
+	const wait = 3 * time.Second
+	tests := []struct {
+		name   string
+		sent   []time.Duration // the item's next throttled requests
+		locked bool
+	}{
+		{"paced releases within the wait", []time.Duration{10 * ms, 20 * ms}, false},
+		{"retries after each wait", []time.Duration{wait + 3*ms, 2*wait + 6*ms}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := New(clocktest.New(t0), options.QueueOptions{})
+			post := targetOf(t, graph+"/v1.0/users")
+			sites, _ := http.NewRequest(http.MethodGet, graph+"/v1.0/sites/1", nil)
+			q.throttleTarget(post, t0, t0.Add(2*ms), t0.Add(2*ms+wait))
+			q.throttleTarget(post, t0.Add(ms), t0.Add(3*ms), t0.Add(3*ms+wait)) // together: a budget
+			var end time.Time
+			for _, sent := range tt.sent {
+				q.Report(sites, Pass{Sent: t0.Add(sent - 2*ms)}, Succeeded, 0, nil, func() time.Time { return t0.Add(sent - ms) })
+				end = t0.Add(sent + 2*ms + wait)
+				q.throttleTarget(post, t0.Add(sent), t0.Add(sent+2*ms), end)
+			}
+			st := q.state("graph.test", false, time.Time{})
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if tt.locked {
+				assert.Equal(t, end, st.held(post), "locked: the server's word holds it")
+				return
+			}
+			assert.True(t, st.held(post).IsZero(), "its pace governs it")
+			assert.NotNil(t, q.budgetOf(st, post.keys(), t0.Add(tt.sent[1]+2*ms)), "still a budget")
+		})
+	}
+}
+
 // TestLockedItemHoldsOnlyItself checks that an item throttled again after
 // each wait while its neighbours succeed is locked: its throttles count
 // for no budget (R21: one item's lock says nothing of the rest), and the
@@ -129,12 +171,14 @@ func TestLockedItemHoldsOnlyItself(t *testing.T) {
 		return r
 	}
 	at := func(d time.Duration) func() time.Time { return func() time.Time { return t0.Add(d) } }
-	// Item 1 throttled at 0, 1 and 2 s, each time after waiting out its
-	// second; item 2 succeeds in between.
+	// Item 1 throttled three times, each time after waiting out the
+	// second it was told to (answered a millisecond after it was sent);
+	// item 2 succeeds in between.
+	round := s + time.Millisecond
 	for i := range 3 {
-		sent := t0.Add(time.Duration(i) * s)
-		q.Report(drive("1"), Pass{Sent: sent}, Throttled, s, nil, at(time.Duration(i)*s+time.Millisecond))
-		q.Report(drive("2"), Pass{Sent: sent.Add(10 * time.Millisecond)}, Succeeded, 0, nil, at(time.Duration(i)*s+20*time.Millisecond))
+		sent := time.Duration(i) * round
+		q.Report(drive("1"), Pass{Sent: t0.Add(sent)}, Throttled, s, nil, at(sent+time.Millisecond))
+		q.Report(drive("2"), Pass{Sent: t0.Add(sent + 10*time.Millisecond)}, Succeeded, 0, nil, at(sent+20*time.Millisecond))
 	}
 	st := q.state("graph.test", false, time.Time{})
 	st.mu.Lock()
@@ -149,11 +193,11 @@ func TestLockedItemHoldsOnlyItself(t *testing.T) {
 	st.mu.Unlock()
 	// Another locked item's first throttle and item 1's next: the
 	// collection has seen one countable child, not two.
-	q.Report(drive("3"), Pass{Sent: t0.Add(3 * s)}, Throttled, s, nil, at(3*s+time.Millisecond))
-	q.Report(drive("1"), Pass{Sent: t0.Add(3 * s)}, Throttled, s, nil, at(3*s+time.Millisecond))
+	q.Report(drive("3"), Pass{Sent: t0.Add(3 * round)}, Throttled, s, nil, at(3*round+time.Millisecond))
+	q.Report(drive("1"), Pass{Sent: t0.Add(3 * round)}, Throttled, s, nil, at(3*round+time.Millisecond))
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	assert.Nil(t, q.budgetOf(st, targetOf(t, graph+"/v1.0/drives/d1/items/9").keys(), t0.Add(3*s+time.Millisecond)), "no budget from a locked item")
+	assert.Nil(t, q.budgetOf(st, targetOf(t, graph+"/v1.0/drives/d1/items/9").keys(), t0.Add(3*round+time.Millisecond)), "no budget from a locked item")
 	assert.LessOrEqual(t, len(st.nodes["drives/d1/items"].marks), marks+1)
 }
 
