@@ -56,14 +56,20 @@
 //     shared budget throttles its requests alike: when a child with enough
 //     traffic escaped the throttles its budget would have dealt it (at
 //     least evenExpected at the budget's throttle ratio, by Chernoff's
-//     bound a chance under 1 %), it is split: its throttled children
-//     become budgets of their own, cut out of it, and it learns its pace
-//     afresh for the rest. The tallies count only the requests the budget
+//     bound a chance under 1 %), or met far more than its share (twice at
+//     least, by the same bound), it is split: its throttled children
+//     (twice, or once with more than littleTraffic requests) become
+//     budgets of their own, cut out of it, and it learns its pace afresh
+//     for the rest. The tallies count only the requests the budget
 //     released and halve every evenHalfLife. One lucky success decides
 //     nothing.
 //  4. Evidence widens. Throttles spread over more children make the parent
-//     the budget (2.), and it keeps the pace its children learned. A
-//     budget whose last throttle is a recovery window old ends.
+//     the budget (2.), and it keeps the pace its children learned, but for
+//     items throttled together when an item throttled on its own below it
+//     shows its own traffic a budget (a user of the users API beside its
+//     mailboxes): those stay budgets of their own, and a parent that
+//     gathered them gives them back (siblings.go). A budget whose last
+//     throttle is a recovery window old ends.
 //  5. Pace is learned and applied per budget (the adaptive pacer, pacer.go:
 //     a search from the first wave's successes, a fit of the server's
 //     token bucket at the first throttle, then a CUBIC-like curve that

@@ -167,6 +167,9 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 	if found == nil {
 		return nil
 	}
+	if found.gathers && !s.onlyCarvedItems(found, now) {
+		q.ungather(s, found, now)
+	}
 	q.share(s, found, now)
 	return found
 }
@@ -252,7 +255,15 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 		learned pacer
 		latest  uint64
 	)
+	// Items throttled together are budgets of their own, cut out of n,
+	// when an item throttled on its own below n shows n's own traffic a
+	// budget (a user of the users API beside its mailboxes, siblings.go):
+	// taken in, a mailbox's pace became Identity's.
+	apart := !s.onlyCarvedItems(n, now)
 	for _, c := range s.nodes {
+		if c.together && apart {
+			continue
+		}
 		if c != n && c.shared && c.pacer != nil && c.depth > n.depth && below(c.key, n.key) {
 			if learned == nil || c.seq > latest {
 				learned, latest, n.since = c.pacer, c.seq, c.since

@@ -394,18 +394,20 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		case p.state == pacerSteady:
 			floor = p.rateAt(sent) / 2
 		}
-		fit := max(p.fit(sent), 1)
+		fit, read := p.fit(sent)
+		fit = max(fit, 1)
 		p.from = 0
-		if closing && fit < floor && p.base > floor {
-			// A refusal within the closure that the fit cannot read (a
-			// release or two since the decrease) drops the pace to the
-			// closure's floor, for a window that stays shut, and the
-			// curve climbs back from there to the decrease's fit, as
-			// CUBIC's climbs back to the window before its loss: one
-			// late refusal (a sliding window still counting the
-			// overshoot) does not halve the pace for the curve's whole
-			// span, and a fixed window opens onto the floor.
-			p.from = floor
+		if closing && !read && max(fit, floor) < p.base {
+			// A refusal within the closure that the fit cannot read (too
+			// few releases since the decrease to tell a rate) drops the
+			// pace to what the fit says, at least the closure's floor,
+			// for a window that stays shut, and the curve climbs back
+			// from there to the decrease's fit, as CUBIC's climbs back
+			// to the window before its loss: one late refusal (a sliding
+			// window still counting the overshoot) does not halve the
+			// pace for the curve's whole span, and a fixed window opens
+			// onto the floor.
+			p.from = max(fit, floor)
 		} else {
 			p.base = max(fit, floor)
 		}
@@ -435,7 +437,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 // credit a whole interval's refill before its releases and, once the
 // throttle is heard of, count the releases made after the throttled one,
 // overestimating the server's rate by a fifth or more.
-func (p *adaptivePacer) fit(sent time.Time) float64 {
+func (p *adaptivePacer) fit(sent time.Time) (rate float64, read bool) {
 	upto := sent.Sub(p.start)
 	n, _ := slices.BinarySearchFunc(p.releases, upto, func(at, upto time.Duration) int {
 		if at <= upto {
@@ -447,7 +449,7 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 	// the pacer was releasing at.
 	plain := max(p.rate, p.rateAt(sent)) * backoff
 	if n == 0 {
-		return plain
+		return plain, false
 	}
 	counted := float64(max(p.burst, 1))
 	if p.state == pacerSteady {
@@ -459,9 +461,9 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 		capacity := max(counted, minBurstSeconds*p.base)
 		rate, ok := p.solve(n, capacity, 0)
 		if !ok {
-			return plain
+			return plain, false
 		}
-		return min(rate, p.peak(n)) * fitShare
+		return peakCapped(rate, p.peak(n))
 	}
 	// The search began with the server's bucket full. The first wave's
 	// successes are that bucket and what it refilled while the wave
@@ -479,7 +481,7 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 	for range 5 {
 		var ok bool
 		if rate, ok = p.solve(n, burst, refill); !ok {
-			return plain
+			return plain, false
 		}
 		burst = max(counted-rate*span, min(counted, minBurstSeconds*rate), 1)
 	}
@@ -487,9 +489,15 @@ func (p *adaptivePacer) fit(sent time.Time) float64 {
 		// Fewer releases than the bucket that let the wave through: they
 		// did not run it dry. One item throttled on its own (locked, or
 		// with a budget of its own) says nothing of the scope's rate.
-		return plain
+		return plain, false
 	}
-	return min(rate, p.peak(n)) * fitShare
+	return peakCapped(rate, p.peak(n))
+}
+
+// peakCapped returns rate, at most peak, times fitShare, and whether the
+// releases read it: a rate above their peak is one they cannot tell.
+func peakCapped(rate, peak float64) (float64, bool) {
+	return min(rate, peak) * fitShare, rate <= peak
 }
 
 // peakWindow is the window over which peak measures the release rate.

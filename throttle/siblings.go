@@ -25,8 +25,12 @@ import "time"
 // the users API, beside its mailboxes) shows that the ancestor's own
 // traffic has a budget of its own, as Microsoft Graph's users API has
 // beside each mailbox's, and the items stay budgets of their own, as
-// before. Throttles of prefixes whose items were not carved yet (a mailbox
-// refused once so far) say nothing either way.
+// before. When that item is throttled only after the ancestor gathered
+// them (the mailboxes' small buckets ran dry first, the users API's own a
+// few milliseconds later), the ancestor gives them back: they are budgets
+// of their own again, and it keeps its own traffic. Throttles of prefixes
+// whose items were not carved yet (a mailbox refused once so far) say
+// nothing either way.
 //
 // The gathered budget is a hypothesis like any: its tallies count each
 // child, and a child that met throttles the others escaped is split out
@@ -66,6 +70,36 @@ func (q *Queue) siblingsOf(s *hostState, keys []string, now time.Time) *node {
 		return anc
 	}
 	return nil
+}
+
+// ungather undoes the gathering of n, told otherwise by an item throttled
+// on its own below it (a user of the users API, beside its mailboxes)
+// once n gathered: the mailboxes that throttled first, while the users
+// API's own bucket still served, are budgets of their own again, and n is
+// its own traffic's, learning its pace afresh. Left gathered, Identity's
+// budget was paced by its mailboxes' throttles for the whole run, at a
+// third of its rate (bench scenario (e), 2.5x-3.9x in about half the runs
+// on loopback, where the mailboxes' small buckets run dry first).
+func (q *Queue) ungather(s *hostState, n *node, now time.Time) {
+	n.gathers = false
+	for _, m := range n.carvedMarks {
+		if !now.Before(m.until) {
+			continue
+		}
+		c := s.node(m.child, budgetDepth(m.child))
+		c.share(now, q.newPacer)
+		c.carved, c.together, c.named = true, true, n.named
+		c.lastEnd, c.seq = n.lastEnd, s.seq
+	}
+	// Its pace was the mailboxes' as much as its own; the first wave it
+	// counted was its own traffic's too, and stays its start.
+	old := n.pacer
+	n.pacer, n.since = q.newPacer(now), now
+	if ap, ok := old.(*adaptivePacer); ok && ap.burst > 0 {
+		n.pacer.settle(ap.burst, ap.waveStart)
+	}
+	n.even = evenness{}
+	n.waiters.wakeAll()
 }
 
 // onlyCarvedItems reports whether every item throttled on its own below

@@ -23,16 +23,26 @@ func TestCarvedSiblingsShareABudget(t *testing.T) {
 		name      string
 		alone     []string // throttled once each, first
 		mailboxes int      // each throttled twice together
+		after     []string // throttled once each, last
 		probe     int      // the mailbox whose budget is asked for
 		budget    string   // its key
 	}{
-		{"4 carved mailboxes are one budget", nil, 4, 1, "users"},
-		{"the last carved too", nil, 4, 4, "users"},
-		{"a mailbox throttled together later too", nil, 6, 6, "users"},
-		{"a mailbox never throttled too", nil, 4, 9, "users"},
-		{"3 carved mailboxes keep their own", nil, 3, 1, "users/m1/messages"},
-		{"a user throttled alone keeps them apart", []string{"/v1.0/users/u1"}, 4, 1, "users/m1/messages"},
-		{"a mailbox refused once says nothing", []string{"/v1.0/users/m9/messages"}, 4, 1, "users"},
+		{"4 carved mailboxes are one budget", nil, 4, nil, 1, "users"},
+		{"the last carved too", nil, 4, nil, 4, "users"},
+		{"a mailbox throttled together later too", nil, 6, nil, 6, "users"},
+		{"a mailbox never throttled too", nil, 4, nil, 9, "users"},
+		{"3 carved mailboxes keep their own", nil, 3, nil, 1, "users/m1/messages"},
+		{"a user throttled alone keeps them apart", []string{"/v1.0/users/u1"}, 4, nil, 1, "users/m1/messages"},
+		{"a mailbox refused once says nothing", []string{"/v1.0/users/m9/messages"}, 4, nil, 1, "users"},
+		// The users API's own bucket ran dry after its mailboxes' did:
+		// gathered, the mailboxes are budgets of their own again.
+		{"a user throttled alone after the gathering parts them", nil, 4, []string{"/v1.0/users/u1"}, 1, "users/m1/messages"},
+		// Users throttled alone make the users API a budget by the 5-n
+		// rule; the mailboxes carved before it stay their own.
+		{"users throttled alone widen past carved mailboxes", nil, 3,
+			[]string{"/v1.0/users/u1", "/v1.0/users/u2", "/v1.0/users/u3", "/v1.0/users/u4"}, 1, "users/m1/messages"},
+		{"the users API is their budget", nil, 3,
+			[]string{"/v1.0/users/u1", "/v1.0/users/u2", "/v1.0/users/u3", "/v1.0/users/u4"}, 9, "users"},
 	}
 	ms := time.Millisecond
 	for _, tt := range tests {
@@ -44,6 +54,10 @@ func TestCarvedSiblingsShareABudget(t *testing.T) {
 				at = at.Add(ms)
 			}
 			at = throttleTogether(t, q, at, tt.mailboxes)
+			for _, u := range tt.after {
+				q.throttleTarget(targetOf(t, graph+u), at, at.Add(ms), at.Add(time.Second))
+				at = at.Add(ms)
+			}
 			tg := targetOf(t, graph+mailbox(tt.probe))
 			st := q.state(tg.host, false, time.Time{})
 			st.mu.Lock()

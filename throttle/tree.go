@@ -52,6 +52,13 @@ const (
 	// single throttle is any child's luck under a shared budget, and with
 	// one id per request every throttled id would be "hot".
 	hotThrottles = 2
+	// littleTraffic is the most requests a child may have sent and still
+	// count as one with little traffic: folded together when the tallies
+	// are full, and needing hotThrottles to be cut out. A child with more,
+	// throttled at all while its budget's throttles fall unevenly, is cut
+	// out: ten mailboxes throttled once each under Identity's budget,
+	// whose own users were never throttled, are the mailboxes' budgets.
+	littleTraffic = 2
 	// maxKids bounds the children whose traffic a budget tallies one by
 	// one; children with little traffic are folded into one tally.
 	maxKids = 32
@@ -230,7 +237,7 @@ func (e *evenness) add(kid string, throttled bool, now time.Time) {
 			// which fold is decided by traffic alone, so the folded tally
 			// stays a fair sample.
 			for key, t := range e.kids {
-				if t.sent <= 2 {
+				if t.sent <= littleTraffic {
 					e.other.sent += t.sent
 					e.other.throttled += t.throttled
 					delete(e.kids, key)
@@ -269,10 +276,14 @@ func (e *evenness) uneven() ([]string, bool) {
 	found := escaped(e.other)
 	var hot []string
 	for k, t := range e.kids {
-		if escaped(*t) {
+		// Either way: a child that escaped its share of the throttles, or
+		// one that met many more than its share (a mailbox under
+		// Identity's budget, throttled again and again at a pace its
+		// siblings never were), by the same bound.
+		if escaped(*t) || t.throttled >= hotThrottles && atLeastChance(t.sent, t.throttled, ratio) < math.Exp(-evenExpected) {
 			found = true
 		}
-		if t.throttled >= hotThrottles {
+		if t.throttled >= hotThrottles || t.throttled > 0 && t.sent > littleTraffic {
 			hot = append(hot, k)
 		}
 	}

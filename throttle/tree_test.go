@@ -232,6 +232,14 @@ func TestEvenness(t *testing.T) {
 		{"far fewer than its share", map[string]tally{"a": {400, 200}, "b": {400, 20}}, true, []string{"a", "b"}},
 		{"one child: nothing to compare", map[string]tally{"a": {400, 200}}, false, nil},
 		{"a child throttled once is luck, not a budget", map[string]tally{"a": {1, 1}, "b": {100, 0}, "c": {100, 0}}, false, nil},
+		// Neither b nor c escaped enough to tell (1.4 throttles expected
+		// each), but a met 3 where 0.14 were its share.
+		{"a child met far more than its share", map[string]tally{"a": {30, 3}, "b": {300, 0}, "c": {300, 0}}, true, []string{"a"}},
+		// Mailboxes throttled once each under Identity's budget, whose
+		// users met none of the 5.4 throttles their share was.
+		{"busy children throttled once each beside one never throttled", map[string]tally{
+			"m1": {20, 1}, "m2": {20, 1}, "m3": {20, 1}, "m4": {20, 1}, "m5": {20, 1}, "m6": {20, 1}, "u": {1000, 0},
+		}, true, []string{"m1", "m2", "m3", "m4", "m5", "m6"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
