@@ -257,9 +257,13 @@ func (p *adaptivePacer) sent(now time.Time) {
 		p.start, p.last = now, time.Time{}
 		p.releases = p.releases[:0]
 	}
-	if p.state == pacerSteady && !p.last.Before(p.start) {
+	if p.state != pacerCold && !p.last.Before(p.start) {
 		// Released later than its slot by more than timers lag: nothing
-		// was waiting for the slot.
+		// was waiting for the slot. A search that doubled on meanwhile
+		// would fit its next throttle from a rate it never used: a
+		// mailbox whose requests waited out their Retry-After searched to
+		// 3700/s in half a second, and its pace then halved a throttle at
+		// a time, a second apart, to the 20/s its fits read.
 		if unused := now.Sub(p.next(now)) - catchUp; unused > 0 {
 			p.idle += unused
 		}

@@ -498,6 +498,45 @@ func TestAdaptivePacerIdleTimeIsNotProbed(t *testing.T) {
 	}
 }
 
+// A search counts only the time it had something to release, as the
+// curve does: requests that wait out their Retry-After leave its slots
+// unused, and a search that doubled on meanwhile fitted its next throttle
+// from a rate it never used (a mailbox's search reached 3700/s in half a
+// second, at 20 releases a second).
+func TestAdaptivePacerSearchDoublesOnlyWhenUsed(t *testing.T) {
+	tests := []struct {
+		name  string
+		every time.Duration // between releases, at most half the period
+		most  float64       // the search's rate after 400 ms, at most
+	}{
+		{"released at every slot", 0, 0},
+		{"a release every 50 ms", 50 * time.Millisecond, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.settle(5, t0)
+			p.throttled(t0, t0, t0.Add(time.Second))
+			require.Equal(t, pacerSearching, p.state)
+			start := p.searchFrom()
+			now := p.start
+			for now.Before(p.start.Add(400 * time.Millisecond)) {
+				next := p.next(now)
+				if tt.every > 0 {
+					next = now.Add(tt.every)
+				}
+				now = next
+				p.sent(now)
+			}
+			if tt.every == 0 {
+				assert.Greater(t, p.rateAt(now), 10*start, "four doublings and more, every slot taken")
+				return
+			}
+			assert.Less(t, p.rateAt(now), tt.most, "from %.0f/s", start)
+		})
+	}
+}
+
 // A pacer whose releases a fleet's schedule spaces stands still: its search
 // or probe does not run on while it spaces nothing, so a throttle's plain
 // decrease, and the share it gives the fleet, stay near what it knew.
