@@ -368,6 +368,23 @@ func TestPacerClosedBudget(t *testing.T) {
 	}
 }
 
+// decreasedPacer returns a pacer that searched from a first wave of 100,
+// released 20 requests from 10 ms on and was throttled at 26 ms: steady,
+// its decrease's wait running until 1026 ms.
+func decreasedPacer(t *testing.T) *adaptivePacer {
+	t.Helper()
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	p := newAdaptivePacer(t0)
+	p.settle(100, t0)
+	p.throttled(ms(0), ms(1), ms(1001))
+	for i := range 20 {
+		p.sent(ms(10 + i))
+	}
+	p.throttled(ms(25), ms(26), ms(1026))
+	require.Equal(t, pacerSteady, p.state)
+	return p
+}
+
 // TestPacerClimbsBackFromTheClosure checks that a refusal within a
 // closure that the fit cannot read drops the pace to the closure's floor
 // and that the curve climbs back from there to the rate the decrease
@@ -388,14 +405,7 @@ func TestPacerClimbsBackFromTheClosure(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := newAdaptivePacer(t0)
-			p.settle(100, t0)
-			p.throttled(ms(0), ms(1), ms(1001))
-			for i := range 20 {
-				p.sent(ms(10 + i))
-			}
-			p.throttled(ms(25), ms(26), ms(1026)) // the decrease: closed until 1026
-			require.Equal(t, pacerSteady, p.state)
+			p := decreasedPacer(t)
 			fitted := p.base
 			sent := tt.refused.Add(-time.Millisecond)
 			p.sent(sent)
@@ -433,14 +443,7 @@ func TestPacerShutWhileClosed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := newAdaptivePacer(t0)
-			p.settle(100, t0)
-			p.throttled(ms(0), ms(1), ms(1001))
-			for i := range 20 {
-				p.sent(ms(10 + i))
-			}
-			p.throttled(ms(25), ms(26), ms(1026)) // the decrease: closed until 1026
-			require.Equal(t, pacerSteady, p.state)
+			p := decreasedPacer(t)
 			p.sent(ms(40))
 			p.throttled(ms(40), ms(41), ms(1041))
 			if tt.served {
