@@ -77,6 +77,10 @@ func (r *run) passGate(ctx context.Context, retry int, notBefore *time.Time, now
 	}
 	if t.Early {
 		r.h.inst.WokenEarly(ctx, host)
+		// The backoff did not time this retry: a probe's success sent it
+		// before its delay ended. Should it fail, the next delay is the
+		// same step again (options.Attempt.Timed).
+		r.timed++
 	}
 	*notBefore = t.Sent
 	return "", nil
