@@ -97,7 +97,10 @@ type Reservation struct {
 }
 
 // Pace is a budget's pace: requests per second, and how many may go at once
-// after a quiet spell.
+// after a quiet spell. The queue publishes, as a process's Burst, its part
+// of the budget's first wave (what the server let through at once before
+// it first throttled): the fleet's parts together are the least the
+// server's bucket, or window, holds.
 type Pace struct {
 	Rate  float64
 	Burst int

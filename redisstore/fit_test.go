@@ -511,3 +511,57 @@ func TestSearchFitsAtItsFirstThrottle(t *testing.T) {
 		})
 	}
 }
+
+// The server let the fleet's first wave through at once after a quiet
+// spell: its bucket holds at least that wave, the sum of the bursts the
+// processes published with their shares, and the fit never ends below
+// the wave per Retry-After. A sliding window of 400 a second lets 400
+// through in a few milliseconds; read as a bucket of a tenth of a second,
+// those 410 releases in 100 ms would say 2000/s. A fit at that floor is
+// the least the server sustained, not a rate read: it holds only until
+// the throttle's wait ends, then probes above.
+func TestSearchFitReadsTheFirstWave(t *testing.T) {
+	const (
+		span       = 100 * time.Millisecond
+		retryAfter = 3 * time.Second
+	)
+	tests := []struct {
+		name     string
+		wave     int // the bursts the processes published, summed
+		releases int
+		want     float64
+		hold     time.Duration
+	}{
+		// 400 + 0.1 s * r runs dry at the 410th release only below 100/s,
+		// under the wave per Retry-After.
+		{"a window's quota", 400, 410, 400 / retryAfter.Seconds(), retryAfter},
+		// A bucket of 40 at 400/s, full at the birth, runs dry at the 80th
+		// release at 800/s (40 + 0.1 s * 400 = 80); a wave of 40 says no
+		// more than a tenth of a second of the rate does.
+		{"a bucket's burst", 40, 80, 400 * fitShare, 2 * retryAfter},
+		{"no wave published", 0, 80, 400 * fitShare, 2 * retryAfter},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			s := newSchedule(t, func(now int64) []any {
+				born := now - span.Microseconds()
+				return []any{"rate", 8000, "step", searchDoubling.Microseconds(), "hold", 0, "since", born, "born", born}
+			})
+			if tt.wave > 0 {
+				require.NoError(t, s.SetPace(ctx, "h", "b", Pace{Rate: 1, Burst: tt.wave}))
+			}
+			end := seedTimes(t, s, s.keys.released("h", "b"), "released", tt.releases, span, 0)
+			// The first wave's throttle came a Retry-After before the birth:
+			// the bucket was full again.
+			first := (end - span.Microseconds() - retryAfter.Microseconds()) / 1000
+			require.NoError(t, s.rdb.Set(ctx, s.keys.since("h"), first, time.Minute).Err())
+			require.NoError(t, s.Throttled(ctx, "h", "b", 0, retryAfter))
+			assert.False(t, searching(t, s), "the first throttle fits")
+			assert.InDelta(t, tt.want, fittedRate(t, s), tt.want/10)
+			hold, err := s.rdb.HGet(ctx, s.keys.schedule("h", "b"), "hold").Int64()
+			require.NoError(t, err)
+			assert.Equal(t, tt.hold.Microseconds(), hold)
+		})
+	}
+}

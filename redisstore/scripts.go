@@ -397,9 +397,9 @@ local closing = sent < (tonumber(sched[10]) or 0)
 -- sent, which ends a search: held for ARGV[12], the bucket marked empty
 -- at sent. A fit that lowers the rate from before, outside such a wait,
 -- begins one.
-local function fitted(r, before)
+local function fitted(r, before, hold)
   redis.call('HSET', KEYS[1], 'rate', string.format('%.6g', r), 'since', string.format('%.0f', now),
-    'hold', ARGV[12], 'mark', string.format('%.0f', sent))
+    'hold', hold or ARGV[12], 'mark', string.format('%.0f', sent))
   if not closing and r < before then
     redis.call('HSET', KEYS[1], 'closed', string.format('%.0f', now + tonumber(ARGV[20])))
   end
@@ -471,6 +471,13 @@ end
 -- second throttle, 20 releases on, cost the fleet's few workers not held
 -- by the first wave's Retry-After every request sent meanwhile above the
 -- server's rate.
+-- The bucket holds at least what the server let the fleet's first wave
+-- have at once after a quiet spell: the sum of the processes' parts of
+-- it, the bursts of their shares. A window that counts by the second (a
+-- stick table) lets its whole quota through at once, and a bucket of a
+-- tenth of a second read that quota, let through in 60 ms, as four
+-- times the server's rate. As a process's pacer does, the fit never
+-- ends below that wave per Retry-After, which the server sustained.
 -- Without that first throttle (a Redis restarted empty) the bucket's state
 -- at the birth is a guess, and the search marks as below.
 local first = tonumber(redis.call('GET', KEYS[6]))
@@ -479,8 +486,9 @@ if first and sched[6] and not mark and sent - born >= tonumber(ARGV[14]) then
   local refused = redis.call('ZCOUNT', KEYS[5], '(' .. born, '(' .. sent)
   local refill = math.max(born - math.max(first * 1000, tonumber(sched[11]) or 0), 0) / 1000000
   local least = tonumber(ARGV[9])
+  local floor = sburst * 1000000 / math.max(tonumber(ARGV[20]), 1000000)
   local function dry(r)
-    local cap = math.max(1, least * r)
+    local cap = math.max(1, least * r, sburst)
     local tokens, prev, skip = math.min(cap, r * refill), born, refused
     for i = 2, #at, 2 do
       local t = tonumber(at[i])
@@ -502,7 +510,11 @@ if first and sched[6] and not mark and sent - born >= tonumber(ARGV[14]) then
       local mid = (lo + hi) / 2
       if dry(mid) then lo = mid else hi = mid end
     end
-    return fitted(math.max(1, math.min(rate, hi * tonumber(ARGV[13]))), rate)
+    local fit = hi * tonumber(ARGV[13])
+    if fit < floor and floor < rate then
+      return fitted(floor, rate, ARGV[20])
+    end
+    return fitted(math.max(1, math.min(rate, fit)), rate)
   end
 end
 -- A search's mark holds for two of its steps, long enough to hear of the

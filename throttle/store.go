@@ -331,7 +331,10 @@ func (q *Queue) fleetShare(n *node, now time.Time) (options.Pace, bool) {
 		return options.Pace{}, false
 	}
 	r *= fleetHeadroom
-	return options.Pace{Rate: r, Burst: max(1, int(r*minBurstSeconds))}, true
+	// The burst is this process's part of the first wave: what the server
+	// let through at once after a quiet spell. The fleet's parts together
+	// are the least its bucket (or window) holds.
+	return options.Pace{Rate: r, Burst: max(1, ap.burst)}, true
 }
 
 // follow waits for the slot the fleet's schedule of budget n of host

@@ -512,21 +512,24 @@ func TestStoreFittedPacerStandsStill(t *testing.T) {
 // A process gives the fleet's schedule, while its pacer searches, where its
 // search started (its part of the first wave), not the rate its search
 // doubled to: the schedule sums the processes' paces and doubles the sum
-// once for the whole fleet.
+// once for the whole fleet. Its burst is its part of the first wave, what
+// the server let through at once, whatever its rate: the schedule's fit
+// sums them into the least the server's bucket holds.
 func TestFleetShare(t *testing.T) {
 	later := t0.Add(5 * doubling)
 	tests := []struct {
 		name  string
 		pacer *adaptivePacer
 		want  float64 // before the headroom
+		burst int
 	}{
 		// 40/s, where a search that doubled five times runs at 1280/s.
 		{"searching: where it started", &adaptivePacer{state: pacerSearching, start: t0, reacted: t0, period: 1, burst: 10},
-			searchStart * 10},
+			searchStart * 10, 10},
 		// On its CUBIC curve, 0.5 s after the fit of 400/s.
-		{"steady: what it fitted", &adaptivePacer{state: pacerSteady, start: t0, reacted: t0, last: t0, base: 400}, 400},
+		{"steady: what it fitted", &adaptivePacer{state: pacerSteady, start: t0, reacted: t0, last: t0, base: 400, burst: 50}, 400, 50},
 		// Probing, a minute after the fit, with nothing sent since.
-		{"probing: what it fitted", &adaptivePacer{state: pacerSteady, start: t0.Add(-time.Minute), reacted: t0, last: t0, base: 400}, 400},
+		{"probing: what it fitted", &adaptivePacer{state: pacerSteady, start: t0.Add(-time.Minute), reacted: t0, last: t0, base: 400}, 400, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -535,6 +538,7 @@ func TestFleetShare(t *testing.T) {
 			p, ok := q.fleetShare(n, later)
 			require.True(t, ok)
 			assert.InDelta(t, tt.want*fleetHeadroom, p.Rate, tt.want/100)
+			assert.Equal(t, tt.burst, p.Burst)
 		})
 	}
 }
