@@ -386,6 +386,37 @@ func TestWideningKeepsThePace(t *testing.T) {
 	assert.False(t, folder.shared)
 }
 
+// TestWideningKeepsTheWave checks that a budget that widens keeps the
+// whole first wave its server let through, whichever budget below counted
+// it: the wider budget let all of it through, and a search starting from
+// the latest budget's share alone began at a few requests a second.
+func TestWideningKeepsTheWave(t *testing.T) {
+	q := New(clocktest.New(t0), options.QueueOptions{})
+	for _, m := range []string{"m1", "m2"} {
+		q.throttleTarget(targetOf(t, graph+"/v1.0/users/"+m+"/messages/1"), t0, t0, t0.Add(time.Second))
+		q.throttleTarget(targetOf(t, graph+"/v1.0/users/"+m+"/messages/2"), t0, t0, t0.Add(time.Second))
+	}
+	st := q.state("graph.test", false, time.Time{})
+	first, latest := st.nodes["users/m1/messages"], st.nodes["users/m2/messages"]
+	require.True(t, first.shared)
+	require.True(t, latest.shared)
+	require.NotSame(t, first.pacer, latest.pacer)
+	waveStart := t0.Add(-time.Millisecond)
+	first.pacer.settle(220, waveStart) // the host's wave, counted by the first
+	latest.pacer.settle(5, t0)         // its own successes before its throttle
+	learned := latest.pacer
+	for _, m := range []string{"m3", "m4"} {
+		q.throttleTarget(targetOf(t, graph+"/v1.0/users/"+m+"/messages/1"), t0, t0, t0.Add(time.Second))
+	}
+	users := st.nodes["users"]
+	require.True(t, users.shared)
+	assert.Same(t, learned, users.pacer, "the latest pace")
+	ap, ok := users.pacer.(*adaptivePacer)
+	require.True(t, ok)
+	assert.Equal(t, 225, ap.burst, "the whole wave")
+	assert.Equal(t, waveStart, ap.waveStart)
+}
+
 // TestScopesPacedApart checks that each budget has a pace of its own:
 // requests of one never wait behind another's queue, and a request that
 // no budget holds is not paced at all.
