@@ -32,7 +32,7 @@ type limiterShape struct {
 	// GET), rather than users (a user for a GET, the collection for a
 	// POST).
 	mailboxes int
-	limit    time.Duration // the physical limit: no client can finish sooner
+	limit     time.Duration // the physical limit: no client can finish sooner
 	// most are the most attempts per request and time over the limit the
 	// handler may take: what it achieves with some margin, a guard against
 	// regressions. The first wave (200 requests into a burst of 40) costs
