@@ -76,6 +76,43 @@ func TestCarvedSiblingsShareABudget(t *testing.T) {
 	}
 }
 
+// TestCarvedUsersBesideAUserAlone checks that an item throttled on its
+// own as deep as the carved ones is one of them, sent alone, not a budget
+// of the ancestor's own traffic: 50 users behind one limiter, some of
+// them refused one request at a time, are the users API's budget
+// together. A user alone beside carved mailboxes still keeps them apart
+// (TestCarvedSiblingsShareABudget).
+func TestCarvedUsersBesideAUserAlone(t *testing.T) {
+	ms := time.Millisecond
+	tests := []struct {
+		name   string
+		alone  string // throttled once, first
+		budget string // the budget of the first carved user
+	}{
+		{"a user alone", "/v1.0/users/x1", "users"},
+		{"a user's mailbox alone", "/v1.0/users/x1/messages", "users"},
+		{"nothing alone", "", "users"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := New(clocktest.New(t0), options.QueueOptions{})
+			at := t0
+			if tt.alone != "" {
+				q.throttleTarget(targetOf(t, graph+tt.alone), at, at.Add(ms), at.Add(time.Second))
+				at = at.Add(ms)
+			}
+			at = throttleItemsTogether(t, q, at, 4, "/v1.0/users/u%d")
+			tg := targetOf(t, graph+"/v1.0/users/u1")
+			st := q.state(tg.host, false, time.Time{})
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			n := q.budgetOf(st, tg.keys(), at)
+			require.NotNil(t, n)
+			assert.Equal(t, tt.budget, n.key)
+		})
+	}
+}
+
 // TestCarvedSiblingSplitOut checks that carved siblings gathered into
 // one budget are a hypothesis like any budget: a sibling its releases met
 // throttles at while the others escaped them is split out with a pace of
@@ -118,11 +155,17 @@ func TestCarvedSiblingSplitOut(t *testing.T) {
 // first to each mailbox before the second. It returns when the last came
 // back.
 func throttleTogether(t *testing.T, q *Queue, at time.Time, k int) time.Time {
+	return throttleItemsTogether(t, q, at, k, "/v1.0/users/m%d/messages")
+}
+
+// throttleItemsTogether is throttleTogether for the items the path format
+// names, i from 1 to k.
+func throttleItemsTogether(t *testing.T, q *Queue, at time.Time, k int, format string) time.Time {
 	ms := time.Millisecond
 	back := at.Add(10 * ms)
 	for round := range 2 {
 		for i := 1; i <= k; i++ {
-			tg := targetOf(t, graph+fmt.Sprintf("/v1.0/users/m%d/messages", i))
+			tg := targetOf(t, graph+fmt.Sprintf(format, i))
 			sent := at.Add(time.Duration(round*k+i) * 10 * time.Microsecond)
 			back = back.Add(ms)
 			q.throttleTarget(tg, sent, back, back.Add(time.Second))
