@@ -52,12 +52,13 @@ endif
 # (~40 min), then those behind real nginx and HAProxy and the bench's own
 # buckets, in RESULTS-real.md (~30 min). To fit, the latter run for ours and
 # kiota-http-go's handler (the do-no-harm reference) on BENCH_WORKLOADS, the
-# workloads the throttle issue is judged on, and for the other peers on
-# user/n alone; every shape and spread (user, mailbox, collection, drive ×
-# 1, 50, n) takes about 70 minutes more: make bench BENCH_WORKLOADS=all.
+# workloads the throttle issue is judged on (ids of users and of mailboxes
+# spread over 50 and over n), and for the other peers on user/n alone;
+# every shape and spread (user, mailbox, collection, drive × 1, 50, n)
+# takes about 60 minutes more: make bench BENCH_WORKLOADS=all.
 # One scenario quickly, e.g.
 #   cd bench && go run . -scenarios nginx-ra -clients ours -workloads mailbox/50 -methods GET
-BENCH_WORKLOADS ?= user/n,mailbox/50,mailbox/n,collection
+BENCH_WORKLOADS ?= user/n,user/50,mailbox/50,mailbox/n,collection
 bench: install-deps bench-fleet
 	cd bench && $(GO) run . -out . -scenarios plain
 	cd bench && $(GO) run . -out . -scenarios real -clients ours,kiota,retryablehttp,failsafe \
