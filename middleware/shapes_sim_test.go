@@ -27,11 +27,6 @@ type limiterShape struct {
 	rule func() throttletest.Rule
 	// flapping, when set, takes the server down and up again.
 	flapping throttletest.Flapping
-	// mailboxes, when set, spreads the requests over that many mailboxes
-	// (`/v1.0/users/u{i mod mailboxes}/messages`, a message of it for a
-	// GET), rather than users (a user for a GET, the collection for a
-	// POST).
-	mailboxes int
 	// users, when set, spreads the requests over that many users
 	// (`/v1.0/users/{i mod users}`), GET and POST alike.
 	users int
@@ -85,16 +80,6 @@ func limiterShapes() []limiterShape {
 		{name: "HAProxy's stick table, 400 per 1 s counting refusals, Retry-After 1", rule: func() throttletest.Rule {
 			return retryAfterRule(shapeRule(throttletest.StickTableLimiter(throttletest.StickTable{Limit: 400, Period: time.Second})), 1)
 		}, limit: 5 * time.Second, mostAttempts: 1.2, mostOver: 1.36},
-		// The same window behind 50 mailboxes. Their POSTs were throttled
-		// together, one mailbox's budget at a time, and the users API
-		// widened over them; the first mailbox's budget had counted the
-		// first wave's successes, the latest none, and the widened budget,
-		// taking the latest's pace, searched from 4/s and fitted 8/s for
-		// five seconds: POST 2.35x. It keeps the whole wave: GET 1.15x,
-		// POST 1.42x.
-		{name: "HAProxy's stick table behind 50 mailboxes, Retry-After 1", rule: func() throttletest.Rule {
-			return retryAfterRule(shapeRule(throttletest.StickTableLimiter(throttletest.StickTable{Limit: 400, Period: time.Second})), 1)
-		}, mailboxes: 50, limit: 5 * time.Second, mostAttempts: 1.2, mostOver: 1.7},
 		// A bare 429 (the policy's delay holds its request) from one
 		// bucket behind 50 users, four requests each in the first wave.
 		// Their users were carved one by one, and a user refused alone
@@ -204,9 +189,6 @@ func simulateShape(t *testing.T, sh limiterShape, method string) shapeResult {
 			wg.Go(func() {
 				for i := range jobs {
 					url := "https://graph.test/v1.0/users"
-					if sh.mailboxes > 0 {
-						url += "/u" + strconv.Itoa(i%sh.mailboxes) + "/messages"
-					}
 					switch {
 					case sh.users > 0:
 						url += "/" + strconv.Itoa(i%sh.users)
