@@ -102,15 +102,22 @@ func TestCarvedUsersBesideAUserAlone(t *testing.T) {
 				at = at.Add(ms)
 			}
 			at = throttleItemsTogether(t, q, at, 4, "/v1.0/users/u%d")
-			tg := targetOf(t, graph+"/v1.0/users/u1")
-			st := q.state(tg.host, false, time.Time{})
-			st.mu.Lock()
-			defer st.mu.Unlock()
-			n := q.budgetOf(st, tg.keys(), at)
-			require.NotNil(t, n)
-			assert.Equal(t, tt.budget, n.key)
+			assert.Equal(t, tt.budget, budgetKey(t, q, "/v1.0/users/u1", at))
 		})
 	}
+}
+
+// budgetKey returns the key of the budget that paces a request to path at
+// at; it fails the test when none does.
+func budgetKey(t *testing.T, q *Queue, path string, at time.Time) string {
+	t.Helper()
+	tg := targetOf(t, graph+path)
+	st := q.state(tg.host, false, time.Time{})
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := q.budgetOf(st, tg.keys(), at)
+	require.NotNil(t, n)
+	return n.key
 }
 
 // TestCarvedSiblingSplitOut checks that carved siblings gathered into
