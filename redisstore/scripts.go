@@ -477,7 +477,9 @@ end
 -- stick table) lets its whole quota through at once, and a bucket of a
 -- tenth of a second read that quota, let through in 60 ms, as four
 -- times the server's rate. As a process's pacer does, the fit never
--- ends below that wave per Retry-After, which the server sustained.
+-- ends below that wave per Retry-After, which the server sustained; a fit
+-- at that floor read no rate, so it holds only until the throttle's wait
+-- ends, and then probes.
 -- Without that first throttle (a Redis restarted empty) the bucket's state
 -- at the birth is a guess, and the search marks as below.
 local first = tonumber(redis.call('GET', KEYS[6]))
