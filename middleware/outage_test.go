@@ -194,7 +194,7 @@ func TestRetryWokenEarlyIsNotABackoffStep(t *testing.T) {
 			if clk.Now().Sub(start) < 500*time.Millisecond {
 				return true
 			}
-			early := req.Header.Get("Retry-Attempt") != "" && req.URL.Query().Get("i") != "0"
+			early := req.Header.Get(headerRetryAttempt) != "" && req.URL.Query().Get("i") != "0"
 			return early && failedAgain.CompareAndSwap(false, true)
 		}}
 		var mu sync.Mutex
