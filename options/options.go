@@ -244,8 +244,10 @@ type QueueOptions struct {
 	// none. Caps hold only requests to a host that was throttled, here or
 	// (with a Store) anywhere in the fleet, as every other hold does; with
 	// a Store that implements SlotStore a cap is kept fleet-wide. nil: no
-	// caps (graph.NewClient sets graph.MailboxConcurrency; NoConcurrency
-	// turns that off). Handler-wide: ignored on per-request options.
+	// caps named, and the queue learns those its budgets' answers show, in
+	// this process (package throttle's model; graph.NewClient sets
+	// graph.MailboxConcurrency; NoConcurrency turns that off).
+	// Handler-wide: ignored on per-request options.
 	Concurrency func(req *http.Request) (key string, limit int)
 }
 

@@ -192,4 +192,26 @@
 //     of a capped request then is the cap's, not a rate's. It teaches no
 //     pacer and holds no URL for others (the cap holds them now, which is
 //     R14's intent); the request waits out its own Retry-After.
+//  12. Caps learned (window.go), when options.QueueOptions.Concurrency
+//     names none. A server that limits how many of a budget's requests
+//     it serves at once refuses a request only while that many others are
+//     being served; a rate refuses whatever was out. Each release of a
+//     budget is tallied by how many others the budget had out when it
+//     went, and by how many it had out to the same child (a mailbox of
+//     the users API), and by its answer, from the budget's first request
+//     served on (the host's first wave, which the counts miss, is over by
+//     then). The tallies show a cap c when nearly all throttles went with
+//     at least c out (all but one in capMisfits), more often than a rate's
+//     would fall there by chance (capChance), while requests sent with
+//     fewer were served (minCapServed) and the share refused jumps at c
+//     (capMisfits times what it is below, at least capShare). The budget,
+//     or each of its children alike, then releases a request whenever
+//     fewer than c are out and paces nothing: its pacer, which took the
+//     cap's throttles for a rate's, paced at about half of what the cap
+//     serves. A request whose child is full waits out of the budget's
+//     queue, in arrival order per child, so that those to other children
+//     go meanwhile. Its throttles teach nothing: one sent with c-1 out
+//     shows the cap read one too high, which falls to c-1; any other
+//     shows no cap (a rate's, or another client's requests the counts
+//     miss), and drops it, its pacer learning from that throttle on.
 package throttle

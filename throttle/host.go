@@ -133,7 +133,7 @@ func (q *Queue) sweep(now time.Time) {
 // busy reports whether a request waits at s or a budget still speaks.
 func (s *hostState) busy(now time.Time, recovery time.Duration) bool {
 	for _, n := range s.nodes {
-		if len(n.waiters) > 0 || n.inflight > 0 || n.budget.live(now, recovery) {
+		if n.holds() || n.budget.live(now, recovery) {
 			return true
 		}
 	}
@@ -157,14 +157,14 @@ func (q *Queue) prune(s *hostState, now time.Time) {
 		keepNewest(m, q.maxTracked, func(e *entry) uint64 { return e.seq })
 	}
 	for k, n := range s.nodes {
-		if len(n.waiters) == 0 && n.inflight == 0 && !n.live(now, q.recovery) &&
+		if !n.holds() && !n.live(now, q.recovery) &&
 			(len(n.marks) == 0 || !now.Before(n.marks[0].until)) {
 			delete(s.nodes, k)
 		}
 	}
 	// A node with waiters is never dropped: they would wait for no one.
 	keepNewest(s.nodes, q.maxTracked, func(n *node) uint64 {
-		if len(n.waiters) > 0 || n.inflight > 0 {
+		if n.holds() {
 			return ^uint64(0)
 		}
 		return n.seq

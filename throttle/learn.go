@@ -108,7 +108,9 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 	n.lastEnd = later(n.lastEnd, end)
 	n.seq = s.seq
 	n.named = n.named || !p.refused
-	n.pacer.throttled(p.Sent, now, end)
+	if !q.capped(n, p) {
+		n.pacer.throttled(p.Sent, now, end)
+	}
 	if p.budget == n && n.depth+1 < len(keys) && !p.retry {
 		n.even.add(keys[n.depth+1], true, now)
 	}

@@ -94,6 +94,13 @@ type Pass struct {
 	host *hostState
 	// budget released it, counting it in flight.
 	budget *node
+	// out is how many other requests budget had in flight when it went.
+	out int
+	// kid is the child of budget on its path, "" when budget is its
+	// item, and kidOut how many other requests budget had out to kid when
+	// it went (window.go).
+	kid    string
+	kidOut int
 	// fleet is set when it took a slot of its budget's fleet-wide
 	// schedule: its throttle is the fleet's to fit.
 	fleet bool
@@ -190,7 +197,7 @@ func (q *Queue) giveBack(s *hostState, p Pass) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p.budget.inflight = max(p.budget.inflight-1, 0)
+	p.budget.back(p)
 	p.budget.waiters.kick()
 }
 
@@ -278,7 +285,10 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	}
 	defer s.mu.Unlock()
 	if p.budget != nil {
-		p.budget.inflight--
+		p.budget.back(p)
+		if o == Throttled || o == Succeeded {
+			p.budget.tally(p, o == Throttled, now)
+		}
 	}
 	if o == Throttled {
 		s.activate()

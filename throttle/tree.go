@@ -105,6 +105,14 @@ type node struct {
 	// the budget is spent.
 	budget   announced
 	inflight int
+	// window is what its releases showed of a concurrency cap, and
+	// kidWindow of a cap of each of its children alike (window.go);
+	// kidsOut counts its releases out by child.
+	window, kidWindow window
+	kidsOut           map[string]int
+	// kidWait are the requests it released that wait for an answer from
+	// their child, whose learned cap is full, in arrival order.
+	kidWait map[string][]*waiter
 	// fitted is until when the fleet's schedule of the node, with a
 	// store, runs at a rate the fleet fitted: it alone spaces the node's
 	// releases, and the node's own pacer only learns.

@@ -25,7 +25,7 @@ func (q *Queue) room(s *hostState, keys []string, eligible, now time.Time) *node
 // next returns the earliest time n lets its next request go at now: its
 // learned pace, when it paces.
 func (q *Queue) next(n *node, now time.Time) time.Time {
-	if n.paces(now, q.recovery) {
+	if n.paces(now, q.recovery) && n.window.limit == 0 && n.kidWindow.limit == 0 {
 		return n.pacer.next(now)
 	}
 	return now
@@ -119,6 +119,21 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				}
 				continue
 			}
+			if n.window.full(n.inflight) && !w.eligible.After(now) {
+				// A concurrency cap the budget learned: its turn comes
+				// with an answer.
+				if err := q.awaitAnswer(ctx, s, n, w, deadline, held); err != nil {
+					return Pass{}, err
+				}
+				continue
+			}
+			if kid := n.kidOf(keys); n.kidFull(kid) && !w.eligible.After(now) {
+				// Its child's learned cap is full: it waits for an answer
+				// from the child out of the budget's queue, so that the
+				// requests behind it to other children go meanwhile.
+				n.waiters.remove(w)
+				return q.gated(ctx, s, n, w, kid, keys, deadline, held)
+			}
 			at := later(w.eligible, next)
 			if !deadline.IsZero() && at.After(deadline) && named && !w.eligible.After(deadline) {
 				// The pace would start past the deadline, but the time the
@@ -138,8 +153,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				var p Pass
 				share, follows := q.fleetShare(n, now)
 				if n.live(now, q.recovery) {
-					p.budget = n
-					n.inflight++
+					n.release(&p, keys)
 				}
 				if n.paces(now, q.recovery) {
 					// While the fleet's schedule spaces the releases, the
@@ -174,7 +188,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				// the budget's own pacer does, from now on.
 				s.mu.Lock()
 				if p.budget != nil {
-					n.inflight = max(n.inflight-1, 0)
+					n.back(p)
 				}
 				if m := q.room(s, keys, e, q.clock.Now()); m != nil {
 					n = m
@@ -224,7 +238,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 // now: no budget, no evidence, it knows nothing worth keeping, and kept it
 // would cost every later answer of the host.
 func (q *Queue) dropIdle(s *hostState, n *node, now time.Time) {
-	if len(n.waiters) == 0 && n.inflight == 0 && !n.shared && len(n.marks) == 0 &&
+	if !n.holds() && !n.shared && len(n.marks) == 0 &&
 		!n.budget.live(now, q.recovery) && s.nodes[n.key] == n {
 		delete(s.nodes, n.key)
 	}

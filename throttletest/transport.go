@@ -20,7 +20,8 @@ import (
 // sleep in the test. Create it with NewTransport.
 type Transport struct {
 	latency  time.Duration
-	start    time.Time // for Flapping
+	serve    time.Duration // Config.ServeTime
+	start    time.Time     // for Flapping
 	flapping Flapping
 
 	mu        sync.Mutex
@@ -34,7 +35,8 @@ type Transport struct {
 // NewTransport returns a Transport that throttles like a Server with the
 // budgets of cfg (Bucket, HostBuckets, PathBuckets, Rules) and its
 // Flapping, counted from now, and answers after latency, half of it on the
-// way in and half on the way out. Config's Hosts, Outage, FailureRate and
+// way in and half on the way out, and for a request it serves after
+// Config.ServeTime more, as the Server does. Config's Hosts, Outage, FailureRate and
 // Rand are the network server's and are rejected here, as are invalid
 // configurations and a negative latency.
 func NewTransport(cfg Config, latency time.Duration) (*Transport, error) {
@@ -47,7 +49,7 @@ func NewTransport(cfg Config, latency time.Duration) (*Transport, error) {
 	case latency < 0:
 		return nil, fmt.Errorf("throttletest: NewTransport: latency = %v must not be negative", latency)
 	}
-	return &Transport{latency: latency, start: time.Now(), flapping: cfg.Flapping,
+	return &Transport{latency: latency, serve: cfg.ServeTime, start: time.Now(), flapping: cfg.Flapping,
 		rules: rules(cfg), seen: map[string]bool{}, notBefore: map[string]time.Time{}}, nil
 }
 
@@ -65,9 +67,12 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	a := t.account(r, time.Now())
-	// The way back is the time the request is served: a Concurrent
-	// limiter's slot is given back as the answer leaves.
-	err := t.travel(r)
+	// A request served takes Config.ServeTime; a Concurrent limiter's slot
+	// is held until the answer is back, as it always was here.
+	err := t.wait(r, t.serve, a.status < 300)
+	if err == nil {
+		err = t.travel(r)
+	}
 	if len(a.taken) > 0 {
 		t.mu.Lock()
 		a.release(time.Now())
@@ -97,11 +102,14 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // travel waits half the latency, or until the request's context ends.
-func (t *Transport) travel(r *http.Request) error {
-	if t.latency <= 0 {
+func (t *Transport) travel(r *http.Request) error { return t.wait(r, t.latency/2, true) }
+
+// wait waits d, when it applies, or until the request's context ends.
+func (t *Transport) wait(r *http.Request, d time.Duration, applies bool) error {
+	if d <= 0 || !applies {
 		return r.Context().Err()
 	}
-	timer := time.NewTimer(t.latency / 2)
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:

@@ -178,3 +178,38 @@ func TestTransportRealShapesInVirtualTime(t *testing.T) {
 		})
 	}
 }
+
+// TestTransportServeTime checks that the Transport takes Config.ServeTime
+// to serve a request, as the Server does, holding its Concurrent slot
+// meanwhile, and answers a refusal after the latency alone.
+func TestTransportServeTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const latency, serve = 2 * time.Millisecond, 50 * time.Millisecond
+		tr, err := NewTransport(Config{
+			Rules:     []Rule{{Name: "all", Match: func(*http.Request) (string, bool) { return "", true }, Limiter: Concurrent(1)}},
+			ServeTime: serve,
+		}, latency)
+		require.NoError(t, err)
+		c := &http.Client{Transport: tr}
+		start := time.Now()
+		type answer struct {
+			status int
+			took   time.Duration
+		}
+		answers := make(chan answer, 2)
+		for range 2 {
+			go func() {
+				resp, err := c.Get("https://graph.test/v1.0/me")
+				if !assert.NoError(t, err) {
+					answers <- answer{}
+					return
+				}
+				_ = resp.Body.Close()
+				answers <- answer{resp.StatusCode, time.Since(start)}
+			}()
+		}
+		first, second := <-answers, <-answers
+		assert.Equal(t, answer{http.StatusTooManyRequests, latency}, first, "refused at once while the other is served")
+		assert.Equal(t, answer{http.StatusOK, latency + serve}, second)
+	})
+}
