@@ -203,8 +203,11 @@
 //     then). The tallies show a cap c when nearly all throttles went with
 //     at least c out (all but one in capMisfits), more often than a rate's
 //     would fall there by chance (capChance), while requests sent with
-//     fewer were served (minCapServed) and the share refused jumps at c
-//     (capMisfits times what it is below, at least capShare). The budget,
+//     fewer were served (minCapServed), the share refused jumps at c
+//     (capMisfits times what it is below, at least capShare), and served
+//     requests take longer than refused ones (capServeRatio: a cap binds
+//     only where serving takes time, and a burst after a hold into a
+//     server that serves at once shows the same step). The budget,
 //     or each of its children alike, then releases a request whenever
 //     fewer than c are out and paces nothing: its pacer, which took the
 //     cap's throttles for a rate's, paced at about half of what the cap

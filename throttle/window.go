@@ -29,11 +29,21 @@ const (
 	// that those of a budget that seldom has as many out fall there
 	// seldom. Few throttles come once a pace is below the cap (the
 	// search's first fit reads a cap's throttles as a rate's, at about
-	// half of it; Outlook's 4 per mailbox, 10 mailboxes, on loopback:
-	// one throttle in the next three seconds), and the first of them, the
-	// only request of hundreds sent with 4 out to its mailbox, is a
-	// chance of 1 in 400.
-	capChance = 0.01
+	// half of it; Outlook's 4 per mailbox, 10 mailboxes, on loopback: the
+	// next came a second later), and the first of them is the only one of
+	// some 40 requests counted by then that went with 4 out to its
+	// mailbox: a chance of 1 in 40. Learned at the first, scenario (n)
+	// took 1.11x-1.17x of the physical limit; at the second, 1.32x-1.37x.
+	// A cap read by chance falls at the next throttle it cannot explain.
+	capChance = 0.05
+	// capServeRatio is how many times longer than a refusal a budget's
+	// served requests must take, on average, for it to be a cap: a cap
+	// binds only where serving takes time (Outlook's 50 ms a request
+	// against a refusal's round trip), while requests out together only
+	// because they went together, as a burst after a hold does, show the
+	// same step at a rate's limit when the server serves at once (HAProxy's
+	// window, refusing such bursts, read as caps of 7 to 31 on loopback).
+	capServeRatio = 2
 	// minCapServed is the fewest requests served with fewer out than the
 	// cap: a budget whose requests all went with many out says nothing of
 	// what fewer would meet.
@@ -69,6 +79,8 @@ type window struct {
 	// many others were out when each went, more than maxLearnedCap
 	// together.
 	throttled, ok [beyondCap + 1]int32
+	// throttledFor and okFor sum how long those answers took.
+	throttledFor, okFor time.Duration
 	// limit is the learned cap; zero while there is none.
 	limit int
 }
@@ -95,8 +107,10 @@ func (w *window) tally(out int, sent time.Time, throttled bool, now time.Time) {
 	k := min(out, beyondCap)
 	if throttled {
 		w.throttled[k]++
+		w.throttledFor += now.Sub(sent)
 	} else {
 		w.ok[k]++
+		w.okFor += now.Sub(sent)
 	}
 }
 
@@ -117,7 +131,7 @@ func (w *window) learn() bool {
 	for _, n := range w.ok {
 		ok += n
 	}
-	if thr == 0 {
+	if thr == 0 || !w.servesSlowly() {
 		return false
 	}
 	// The largest c below which at most one throttle in capMisfits went:
@@ -145,6 +159,18 @@ func (w *window) learn() bool {
 	}
 	w.limit = c
 	return true
+}
+
+// servesSlowly reports whether the budget's served requests took
+// capServeRatio times as long as its refused ones, on average.
+func (w *window) servesSlowly() bool {
+	var thr, ok int32
+	for k := range w.throttled {
+		thr += w.throttled[k]
+		ok += w.ok[k]
+	}
+	return thr > 0 && ok > 0 &&
+		float64(w.okFor)/float64(ok) >= capServeRatio*float64(w.throttledFor)/float64(thr)
 }
 
 // throttledWhileCapped takes a throttle of a request the capped budget

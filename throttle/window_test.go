@@ -13,14 +13,17 @@ import (
 )
 
 // tallied returns a window that has served, with the throttles and
-// successes given by how many others were out when each went.
-func tallied(throttled, ok map[int]int32) window {
+// successes given by how many others were out when each went: each
+// success took serve, each throttle 2 ms.
+func tallied(throttled, ok map[int]int32, serve time.Duration) window {
 	w := window{served: time.Unix(1, 0)}
 	for k, n := range throttled {
 		w.throttled[k] = n
+		w.throttledFor += time.Duration(n) * 2 * time.Millisecond
 	}
 	for k, n := range ok {
 		w.ok[k] = n
+		w.okFor += time.Duration(n) * serve
 	}
 	return w
 }
@@ -29,7 +32,10 @@ func TestWindowLearn(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		throttled, ok map[int]int32
-		want          int // the cap learned, 0 for none
+		// fast serves as quickly as it refuses; a request takes 50 ms
+		// otherwise.
+		fast bool
+		want int // the cap learned, 0 for none
 	}{
 		{
 			// Outlook's 4 per mailbox in virtual time: the served went
@@ -54,11 +60,11 @@ func TestWindowLearn(t *testing.T) {
 			want:      4,
 		},
 		{
-			// Two in six requests with four out refused, as a rate
-			// refusing one in six of all would by chance.
+			// Both throttles fell where six requests of 21 went: a rate's
+			// would, one time in twelve.
 			name:      "throttles where many requests go",
 			throttled: map[int]int32{4: 2},
-			ok:        map[int]int32{1: 10, 2: 10, 3: 10, 4: 4},
+			ok:        map[int]int32{1: 5, 2: 5, 3: 5, 4: 4},
 		},
 		{
 			name:      "too few served below the cap",
@@ -102,13 +108,25 @@ func TestWindowLearn(t *testing.T) {
 			ok:        map[int]int32{10: 30},
 		},
 		{
+			// A burst after a hold, refused by a window, on a server
+			// that serves at once.
+			name:      "a server serving at once",
+			throttled: map[int]int32{4: 5, 5: 7, 6: 5, 7: 4},
+			ok:        map[int]int32{0: 2, 1: 17, 2: 32, 3: 591},
+			fast:      true,
+		},
+		{
 			name:      "never below minLearnedCap",
 			throttled: map[int]int32{1: 20},
 			ok:        map[int]int32{0: 30},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := tallied(tc.throttled, tc.ok)
+			serve := 50 * time.Millisecond
+			if tc.fast {
+				serve = 3 * time.Millisecond
+			}
+			w := tallied(tc.throttled, tc.ok, serve)
 			assert.Equal(t, tc.want != 0, w.learn())
 			assert.Equal(t, tc.want, w.limit)
 		})
@@ -126,8 +144,10 @@ func TestWindowTally(t *testing.T) {
 	w.tally(6, start.Add(10*time.Millisecond), true, start.Add(60*time.Millisecond))
 	assert.Zero(t, w.throttled[6], "sent before the first was served: its counts may miss the host's first wave")
 	w.tally(6, start.Add(50*time.Millisecond), true, start.Add(60*time.Millisecond))
-	w.tally(maxLearnedCap+7, start.Add(50*time.Millisecond), false, start.Add(60*time.Millisecond))
+	w.tally(maxLearnedCap+7, start.Add(50*time.Millisecond), false, start.Add(100*time.Millisecond))
 	assert.Equal(t, int32(1), w.throttled[6])
+	assert.Equal(t, 10*time.Millisecond, w.throttledFor)
+	assert.Equal(t, 50*time.Millisecond, w.okFor)
 	assert.Equal(t, int32(1), w.ok[beyondCap], "counts past the largest cap tally together")
 }
 
@@ -145,7 +165,7 @@ func TestWindowThrottledWhileCapped(t *testing.T) {
 		{name: "a refusal of a request sent alone", out: 0, wantLimit: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := tallied(map[int]int32{4: 9}, map[int]int32{3: 10})
+			w := tallied(map[int]int32{4: 9}, map[int]int32{3: 10}, 50*time.Millisecond)
 			w.limit = 4
 			assert.Equal(t, tc.stands, w.throttledWhileCapped(tc.out))
 			assert.Equal(t, tc.wantLimit, w.limit)
