@@ -183,45 +183,52 @@ func simulateShape(t *testing.T, sh limiterShape, method string) shapeResult {
 		require.NoError(t, err)
 		client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(srv, h)}
 		start := time.Now()
-		jobs := make(chan int)
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		for range c {
-			wg.Go(func() {
-				for i := range jobs {
-					url := "https://graph.test/v1.0/users"
-					switch {
-					case sh.users > 0:
-						url += "/" + strconv.Itoa(i%sh.users)
-					case method == http.MethodGet:
-						url += "/" + strconv.Itoa(i)
-					}
-					req, _ := http.NewRequest(method, url, strings.NewReader(`{"displayName":"x"}`))
-					req.Header.Set(throttletest.HeaderRequestID, strconv.Itoa(i))
-					resp, err := client.Do(req)
-					failed := err != nil || resp.StatusCode >= 300
-					if resp != nil {
-						_ = resp.Body.Close()
-					}
-					if failed {
-						mu.Lock()
-						res.failed++
-						mu.Unlock()
-					}
-				}
-			})
-		}
-		for i := range n {
-			jobs <- i
-		}
-		close(jobs)
-		wg.Wait()
+		res.failed = sendAll(client, n, c, method, func(i int) string {
+			url := "https://graph.test/v1.0/users"
+			switch {
+			case sh.users > 0:
+				url += "/" + strconv.Itoa(i%sh.users)
+			case method == http.MethodGet:
+				url += "/" + strconv.Itoa(i)
+			}
+			return url
+		})
 		st := srv.Stats()
 		res.attemptsPerRequest = float64(st.Attempts) / n
 		res.timeOverLimit = time.Since(start).Seconds() / sh.limit.Seconds()
 		res.early = st.Early
 	})
 	return res
+}
+
+// sendAll sends requests 0 to n-1 from c workers through client, request i
+// to urlOf(i) with a small JSON body, and returns how many ended with an
+// error or a status of 300 or more.
+func sendAll(client *http.Client, n, c int, method string, urlOf func(i int) string) int {
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range c {
+		wg.Go(func() {
+			for i := range jobs {
+				req, _ := http.NewRequest(method, urlOf(i), strings.NewReader(`{"displayName":"x"}`))
+				req.Header.Set(throttletest.HeaderRequestID, strconv.Itoa(i))
+				resp, err := client.Do(req)
+				if err != nil || resp.StatusCode >= 300 {
+					failed.Add(1)
+				}
+				if resp != nil {
+					_ = resp.Body.Close()
+				}
+			}
+		})
+	}
+	for i := range n {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	return int(failed.Load())
 }
 
 // TestLimiterShapesSimulation runs the default handler against each
@@ -279,37 +286,17 @@ func TestConcurrencyCapSimulation(t *testing.T) {
 				require.NoError(t, err)
 				client := &http.Client{Transport: nethttplibrary.NewCustomTransportWithParentTransport(srv, h)}
 				start := time.Now()
-				jobs := make(chan int)
-				var wg sync.WaitGroup
-				var failed atomic.Int32
-				for range c {
-					wg.Go(func() {
-						for i := range jobs {
-							url := fmt.Sprintf("https://graph.test/v1.0/users/mbx%d/messages", i%mailboxes)
-							if method == http.MethodGet {
-								url += "/" + strconv.Itoa(i)
-							}
-							req, _ := http.NewRequest(method, url, strings.NewReader(`{"subject":"x"}`))
-							req.Header.Set(throttletest.HeaderRequestID, strconv.Itoa(i))
-							resp, err := client.Do(req)
-							if err != nil || resp.StatusCode >= 300 {
-								failed.Add(1)
-							}
-							if resp != nil {
-								_ = resp.Body.Close()
-							}
-						}
-					})
-				}
-				for i := range n {
-					jobs <- i
-				}
-				close(jobs)
-				wg.Wait()
+				failed := sendAll(client, n, c, method, func(i int) string {
+					url := fmt.Sprintf("https://graph.test/v1.0/users/mbx%d/messages", i%mailboxes)
+					if method == http.MethodGet {
+						url += "/" + strconv.Itoa(i)
+					}
+					return url
+				})
 				st := srv.Stats()
 				attempts, over := float64(st.Attempts)/n, time.Since(start).Seconds()/limit.Seconds()
 				t.Logf("attempts/request %.3f, time %.2fx the limit", attempts, over)
-				assert.Zero(t, failed.Load())
+				assert.Zero(t, failed)
 				assert.Zero(t, st.Early, "no retry before the server's Retry-After")
 				assert.LessOrEqual(t, attempts, 1.25)
 				assert.LessOrEqual(t, over, 1.5)
