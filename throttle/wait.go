@@ -107,14 +107,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				if n.reserving < maxReserving {
 					d = ahead
 				}
-				s.mu.Unlock()
-				held(now, now.Add(time.Nanosecond))
-				err = wait.Woken(ctx, q.clock, d, w.wake)
-				s.mu.Lock()
-				if err != nil {
-					n.waiters.remove(w)
-					q.dropIdle(s, n, q.clock.Now())
-					s.mu.Unlock()
+				if err := q.idleHead(ctx, s, n, w, d, held); err != nil {
 					return Pass{}, err
 				}
 				continue

@@ -334,19 +334,28 @@ func (q *Queue) gated(ctx context.Context, s *hostState, n *node, w *waiter, kid
 // wait.
 func (q *Queue) awaitAnswer(ctx context.Context, s *hostState, n *node, w *waiter, deadline time.Time, held func(now, at time.Time)) error {
 	now := q.clock.Now()
-	err := error(nil)
-	if !deadline.IsZero() && !now.Before(deadline) {
-		err = &HoldError{Until: deadline}
-	} else {
-		d := time.Duration(-1)
-		if !deadline.IsZero() {
-			d = deadline.Sub(now)
-		}
-		s.mu.Unlock()
-		held(now, now.Add(time.Nanosecond))
-		err = wait.Woken(ctx, q.clock, d, w.wake)
-		s.mu.Lock()
+	if deadline.IsZero() {
+		return q.idleHead(ctx, s, n, w, -1, held)
 	}
+	if !now.Before(deadline) {
+		n.waiters.remove(w)
+		q.dropIdle(s, n, now)
+		s.mu.Unlock()
+		return &HoldError{Until: deadline}
+	}
+	return q.idleHead(ctx, s, n, w, deadline.Sub(now), held)
+}
+
+// idleHead waits, at the head of n's queue, until w is woken or d has
+// passed (negative: no limit). When ctx ends first it gives up its place,
+// releases s.mu and returns ctx's error. The caller holds s.mu; held
+// hears the wait.
+func (q *Queue) idleHead(ctx context.Context, s *hostState, n *node, w *waiter, d time.Duration, held func(now, at time.Time)) error {
+	now := q.clock.Now()
+	s.mu.Unlock()
+	held(now, now.Add(time.Nanosecond))
+	err := wait.Woken(ctx, q.clock, d, w.wake)
+	s.mu.Lock()
 	if err != nil {
 		n.waiters.remove(w)
 		q.dropIdle(s, n, q.clock.Now())
