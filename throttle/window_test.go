@@ -191,6 +191,19 @@ func cappedUsers() (*Queue, *clocktest.Clock, *hostState, *node) {
 	return q, clk, st, users
 }
 
+// admitAtOnce admits n requests to rawURL, each of which must be let go
+// at once, and returns them in order.
+func admitAtOnce(t *testing.T, q *Queue, clk *clocktest.Clock, rawURL string, n int) []admitted {
+	t.Helper()
+	var out []admitted
+	for range n {
+		a, ok := ready(t, admit(q, clk, rawURL, t0, time.Time{}))
+		require.True(t, ok, "let go at once")
+		out = append(out, a)
+	}
+	return out
+}
+
 // TestLearnedCapGatesEachChild checks that a budget that learned a cap of
 // its children releases no more requests to a child than the cap while
 // the requests behind them to other children go, and releases the next
@@ -217,12 +230,9 @@ func TestLearnedCapGatesEachChild(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				q, clk, st, users := cappedUsers()
-				var m1s []admitted
-				for range 2 {
-					a, ok := ready(t, admit(q, clk, m1, t0, time.Time{}))
-					require.True(t, ok, "within the cap")
+				m1s := admitAtOnce(t, q, clk, m1, 2)
+				for _, a := range m1s {
 					require.Same(t, users, a.pass.budget)
-					m1s = append(m1s, a)
 				}
 				assert.Equal(t, 1, m1s[1].pass.kidOut, "one other out to the child")
 				third := admit(q, clk, m1, t0, time.Time{})
@@ -264,12 +274,7 @@ func TestLearnedCapDropped(t *testing.T) {
 		users.pacer = pc
 		users.kidWindow.limit = 3
 		st.mu.Unlock()
-		var out []admitted
-		for range 3 {
-			a, ok := ready(t, admit(q, clk, m1, t0, time.Time{}))
-			require.True(t, ok)
-			out = append(out, a)
-		}
+		out := admitAtOnce(t, q, clk, m1, 3)
 		waiting := admit(q, clk, m1, t0, time.Time{})
 		_, ok := ready(t, waiting)
 		require.False(t, ok)
@@ -304,10 +309,7 @@ func TestLearnedCapHoldWithinLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const m1 = graph + "/v1.0/users/m1/messages"
 		q, clk, st, users := cappedUsers()
-		for range 2 {
-			_, ok := ready(t, admit(q, clk, m1, t0, time.Time{}))
-			require.True(t, ok)
-		}
+		admitAtOnce(t, q, clk, m1, 2)
 		deadline := t0.Add(time.Second)
 		late := admit(q, clk, m1, t0, deadline)
 		ctx, cancel := context.WithCancel(context.Background())
