@@ -54,15 +54,17 @@
 //     its Retry-After, while others succeed, is locked (lockedStrikes): a
 //     budget of its own, whose throttles count for no node above it. A
 //     shared budget throttles its requests alike: when a child with enough
-//     traffic escaped the throttles its budget would have dealt it (at
-//     least evenExpected at the budget's throttle ratio, by Chernoff's
-//     bound a chance under 1 %), or met far more than its share (twice at
-//     least, by the same bound), it is split: its throttled children
-//     (twice, or once with more than littleTraffic requests) become
-//     budgets of their own, cut out of it, and it learns its pace afresh
-//     for the rest. The tallies count only the requests the budget
-//     released and halve every evenHalfLife. One lucky success decides
-//     nothing.
+//     traffic escaped the throttles its budget would have dealt it, at the
+//     throttle ratio of its siblings, or met far more than its share
+//     (twice at least), by Chernoff's bound a chance under 1 % for the
+//     budget as a whole (each child is a test: the bound is shared among
+//     them), it is split: its throttled children (twice, or once with more
+//     than littleTraffic requests) become budgets of their own, cut out of
+//     it, and it searches for its pace afresh for the rest, from half the
+//     pace it had: a split that raised the rest's rate is found within a
+//     few round trips, and one that was wrong costs a throttle, not the
+//     rate. The tallies count only the requests the budget released and
+//     halve every evenHalfLife. One lucky success decides nothing.
 //  4. Evidence widens. Throttles spread over more children make the parent
 //     the budget (2.), and it keeps the pace its children learned, with
 //     the whole first wave they counted between them (the host's wave

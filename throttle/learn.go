@@ -225,8 +225,8 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time, waved 
 
 // judge splits budget n when its throttles do not fall alike on its
 // children: each throttled child becomes a budget of its own, cut out of
-// n, and n starts learning its pace afresh for the rest, the pace it had
-// being theirs.
+// n, and n searches for its pace afresh for the rest, from the pace it had
+// (searchOn).
 func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 	hot, uneven := n.even.uneven()
 	if !uneven || len(hot) == 0 {
@@ -239,9 +239,29 @@ func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 		c.carved, c.named = true, c.named || n.named
 		c.lastEnd, c.seq = later(c.lastEnd, n.lastEnd), s.seq
 	}
-	n.pacer, n.since = q.newPacer(now), now
+	n.pacer, n.since = q.relearn(n.pacer, now), now
 	n.even = evenness{}
 	n.waiters.wakeAll()
+}
+
+// relearn returns the pacer a budget split by judge learns its pace with
+// for the rest of its children: a search from the pace old had (searchOn,
+// from half of it). Its pace
+// was the cut-out children's as much as the rest's, so it may be low; but
+// a search from nothing, at 4 a second, met the throttles of the server's
+// budget still counting the last overshoot and fitted 8 a second, where a
+// sliding window behind 50 users served 400, and its curve took five
+// seconds to climb back. From the pace it had, the search finds a rate the
+// split raised within a few round trips, and a split that was wrong costs a
+// throttle, not the budget's rate.
+func (q *Queue) relearn(old pacer, now time.Time) pacer {
+	p := q.newPacer(now)
+	if op, ok := old.(*adaptivePacer); ok {
+		if np, ok := p.(*adaptivePacer); ok {
+			np.searchOn(op, now)
+		}
+	}
+	return p
 }
 
 // share makes n the budget of its requests, when it is not yet.

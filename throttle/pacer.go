@@ -322,6 +322,27 @@ func (p *adaptivePacer) shutFor(now time.Time) time.Duration {
 	return max(end.Sub(p.shutSince), 0)
 }
 
+// searchOn starts p's search at now from half the rate old released at,
+// as a first throttle starts it from its wave's successes. The server's
+// bucket, which old's pace kept near empty, is taken as empty at now; a
+// bucket that filled since reads the fit high, which the next throttle
+// tells within the Retry-After. From the whole rate, the search ran a
+// near-empty bucket dry within a doubling and its fit read 40 % high;
+// from half, it takes one doubling more and reads within a few %. A cold
+// old leaves p cold.
+func (p *adaptivePacer) searchOn(old *adaptivePacer, now time.Time) {
+	r := old.rateAt(now)
+	if r == 0 {
+		return
+	}
+	p.state = pacerSearching
+	p.period, p.rtt = old.period, old.rtt
+	p.burst = max(int(r/2*min(p.period, searchPeriod)/searchStart), 1)
+	// Answers to requests out now meet the congestion of the old pace:
+	// they are not the search's news.
+	p.start, p.waveEnd, p.reacted, p.last = now, now, now, now
+}
+
 // searchFrom is the rate the search starts at: searchStart times the
 // first wave's successes per Retry-After period.
 func (p *adaptivePacer) searchFrom() float64 {

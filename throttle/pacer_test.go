@@ -571,3 +571,73 @@ func TestAdaptivePacerStandsStillWhileTheFleetPaces(t *testing.T) {
 		})
 	}
 }
+
+// TestAdaptivePacerSearchOn checks that a budget split apart searches for
+// its pace from the pace it had, not from nothing, and fits the rate the
+// split left it from its next throttle.
+func TestAdaptivePacerSearchOn(t *testing.T) {
+	const ms = time.Millisecond
+	t.Run("a cold pacer leaves the new one cold", func(t *testing.T) {
+		p := newAdaptivePacer(t0)
+		p.searchOn(newAdaptivePacer(t0), t0)
+		assert.Equal(t, pacerCold, p.state)
+		assert.Equal(t, t0, p.next(t0), "no pacing")
+	})
+	tests := []struct {
+		name   string
+		rest   float64 // the server's rate for the budget's rest
+		before float64 // the rate the old pace was fitted to
+		// tokens is what the server's bucket, of a tenth of a second of
+		// rest, holds at the split: the old pace, 3 % under the rate,
+		// kept it near empty, or the split left it filling.
+		tokens float64
+		// hi bounds the next fit, as a share of fitShare of rest: the
+		// search takes the bucket for empty at the split, and a bucket
+		// that filled reads up to a third high: too high, which the
+		// next throttles tell soon, rather than too low, which only a
+		// probe seconds later would.
+		hi float64
+	}{
+		{"the split left the rate as it was", 400, 400, 6, 1.1},
+		{"the split doubled the rate", 800, 400, 80, 1.35},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old := newAdaptivePacer(t0)
+			old.settle(40, t0)
+			old.throttled(t0, t0.Add(ms), t0.Add(time.Second))
+			server := &bucket{rate: tt.before, burst: 40, last: t0}
+			now := old.next(t0)
+			for ; ; now = old.next(now) {
+				old.sent(now)
+				if !server.take(now) {
+					break
+				}
+			}
+			old.throttled(now, now.Add(ms), now.Add(time.Second))
+			require.Equal(t, pacerSteady, old.state)
+			split := now.Add(500 * ms)
+			had := old.rateAt(split)
+
+			p := newAdaptivePacer(t0)
+			p.searchOn(old, split)
+			require.Equal(t, pacerSearching, p.state)
+			assert.InDelta(t, had/2, p.rateAt(split), searchStart/p.period, "the search starts at half the pace it had")
+			assert.InDelta(t, 2*p.rateAt(split), p.rateAt(split.Add(p.step())), 1e-6, "and doubles from there")
+			p.throttled(split, split.Add(ms), split.Add(time.Second))
+			assert.Equal(t, pacerSearching, p.state, "a request out at the split met the old pace's congestion")
+
+			server = &bucket{rate: tt.rest, burst: 0.1 * tt.rest, tokens: tt.tokens, last: split}
+			for now = p.next(split); ; now = p.next(now) {
+				p.sent(now)
+				if !server.take(now) {
+					break
+				}
+			}
+			p.throttled(now, now.Add(ms), now.Add(time.Second))
+			require.Equal(t, pacerSteady, p.state)
+			assert.GreaterOrEqual(t, p.base, fitShare*tt.rest*0.95, "fitted rate")
+			assert.LessOrEqual(t, p.base, fitShare*tt.rest*tt.hi, "fitted rate")
+		})
+	}
+}

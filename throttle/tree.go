@@ -267,19 +267,42 @@ func (e *evenness) add(kid string, throttled bool, now time.Time) {
 	}
 }
 
-// uneven reports whether a child escaped the throttles one shared budget
-// would have dealt it: evenExpected or more at the budget's throttle
-// ratio, none seen. It returns the throttled children when so.
+// uneven reports whether a child's throttles differ from what one shared
+// budget would have dealt it, beside its siblings: far fewer (it escaped
+// them) or far more. It returns the throttled children when so.
+//
+// Each child is compared with the rest of the budget, not with a ratio
+// that counts its own answers: Identity's users API, 1000 requests never
+// throttled beside six mailboxes throttled once in 20 each, makes a
+// budget-wide ratio of 0.5 %, against which the users escaped only 5 of
+// their share, where beside the mailboxes' 5 % they escaped 50. The
+// rest's ratio counts one throttle and one success more than it saw
+// (Laplace's rule), so that a rest of three answers, none throttled, does
+// not read as a budget that never throttles.
+//
+// Each child is a test of its own: at e^-evenExpected apiece, one of 30
+// children under one shared budget reads uneven by chance a fifth of the
+// time, and a sliding window's burst of throttles at its boundary, three
+// of three requests to a child, split such a budget in most runs, its
+// pace then learned again from nothing. The bound holds for the budget
+// as a whole (Bonferroni's correction): a child's chance must be under
+// e^-evenExpected over the number of tallies tested.
 func (e *evenness) uneven() ([]string, bool) {
 	if e.all.throttled == 0 || len(e.kids) < 2 && e.other.sent == 0 {
 		return nil, false
 	}
-	ratio := float64(e.all.throttled) / float64(e.all.sent)
+	tests := len(e.kids)
+	if e.other.sent > 0 {
+		tests++
+	}
+	chance := math.Exp(-evenExpected) / float64(tests)
+	rest := func(t tally) float64 {
+		return float64(e.all.throttled-t.throttled+1) / float64(e.all.sent-t.sent+2)
+	}
 	escaped := func(t tally) bool {
 		// Chernoff's bound on seeing so few throttles: the chance that a
 		// shared budget dealt this child only t.throttled of them.
-		return t.throttled == 0 && float64(t.sent)*ratio >= evenExpected ||
-			t.throttled > 0 && binomialTail(t.sent, t.throttled, ratio) < math.Exp(-evenExpected)
+		return t.sent > 0 && binomialTail(t.sent, t.throttled, rest(t)) < chance
 	}
 	found := escaped(e.other)
 	var hot []string
@@ -288,7 +311,7 @@ func (e *evenness) uneven() ([]string, bool) {
 		// one that met many more than its share (a mailbox under
 		// Identity's budget, throttled again and again at a pace its
 		// siblings never were), by the same bound.
-		if escaped(*t) || t.throttled >= hotThrottles && atLeastChance(t.sent, t.throttled, ratio) < math.Exp(-evenExpected) {
+		if escaped(*t) || t.throttled >= hotThrottles && atLeastChance(t.sent, t.throttled, rest(*t)) < chance {
 			found = true
 		}
 		if t.throttled >= hotThrottles || t.throttled > 0 && t.sent > littleTraffic {

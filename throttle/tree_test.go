@@ -240,6 +240,21 @@ func TestEvenness(t *testing.T) {
 		{"busy children throttled once each beside one never throttled", map[string]tally{
 			"m1": {20, 1}, "m2": {20, 1}, "m3": {20, 1}, "m4": {20, 1}, "m5": {20, 1}, "m6": {20, 1}, "u": {1000, 0},
 		}, true, []string{"m1", "m2", "m3", "m4", "m5", "m6"}},
+		// Three mailboxes throttled once each beside users who met none:
+		// against a budget-wide ratio of 0.45 % the users escaped 2.7
+		// throttles, against the mailboxes' 5 % they escaped 30.
+		{"a child compared with the rest, not with itself", map[string]tally{
+			"m1": {20, 1}, "m2": {20, 1}, "m3": {20, 1}, "u": {600, 0},
+		}, true, []string{"m1", "m2", "m3"}},
+		// A sliding window's burst at its boundary met three requests of
+		// each of two children out of twenty, sent together: 0.15³ is
+		// under 1 % for each, but one child in twenty meets it by chance
+		// more often than not.
+		{"three of three in one child among many is chance", map[string]tally{
+			"a": {3, 3}, "b": {3, 3}, "c": {3, 1}, "d": {3, 1}, "e": {3, 1},
+			"f": {3, 0}, "g": {3, 0}, "h": {3, 0}, "i": {3, 0}, "j": {3, 0}, "k": {3, 0}, "l": {3, 0},
+			"m": {3, 0}, "n": {3, 0}, "o": {3, 0}, "p": {3, 0}, "q": {3, 0}, "r": {3, 0}, "s": {3, 0}, "t": {3, 0},
+		}, false, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -328,7 +343,7 @@ func TestRetriesAreNotTallied(t *testing.T) {
 // TestUnevenBudgetSplit checks that a budget whose throttles fall on some
 // children while another with more traffic escapes them is split: its
 // throttled children become budgets of their own, cut out of it, and it
-// learns its pace afresh for the rest.
+// searches for its pace afresh for the rest, from the pace it had.
 func TestUnevenBudgetSplit(t *testing.T) {
 	clk := clocktest.New(t0)
 	q := New(clk, options.QueueOptions{})
@@ -359,6 +374,9 @@ func TestUnevenBudgetSplit(t *testing.T) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	assert.NotSame(t, learned, users.pacer, "users learns afresh")
+	searching := users.pacer.(*adaptivePacer)
+	assert.Equal(t, pacerSearching, searching.state, "from the pace it had")
+	assert.Positive(t, searching.rateAt(back()))
 	for _, m := range mailboxes {
 		n := q.budgetOf(st, targetOf(t, graph+"/v1.0/users/"+m+"/messages").keys(), back())
 		require.NotNil(t, n, m)
