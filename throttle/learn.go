@@ -246,9 +246,9 @@ func (q *Queue) judge(s *hostState, n *node, keys []string, now time.Time) {
 
 // relearn returns the pacer a budget split by judge learns its pace with
 // for the rest of its children: a search from the pace old had (searchOn,
-// from half of it). Its pace
-// was the cut-out children's as much as the rest's, so it may be low; but
-// a search from nothing, at 4 a second, met the throttles of the server's
+// from half of it). Its pace was the cut-out children's as much as the
+// rest's, so it may be low; but a search from nothing, at 4 a second, met
+// the throttles of the server's
 // budget still counting the last overshoot and fitted 8 a second, where a
 // sliding window behind 50 users served 400, and its curve took five
 // seconds to climb back. From the pace it had, the search finds a rate the
