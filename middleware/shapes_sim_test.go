@@ -192,7 +192,7 @@ func simulateShape(t *testing.T, sh limiterShape, method string) shapeResult {
 				url += "/" + strconv.Itoa(i)
 			}
 			return url
-		})
+		}, nil)
 		st := srv.Stats()
 		res.attemptsPerRequest = float64(st.Attempts) / n
 		res.timeOverLimit = time.Since(start).Seconds() / sh.limit.Seconds()
@@ -203,8 +203,9 @@ func simulateShape(t *testing.T, sh limiterShape, method string) shapeResult {
 
 // sendAll sends requests 0 to n-1 from c workers through client, request i
 // to urlOf(i) with a small JSON body, and returns how many ended with an
-// error or a status of 300 or more.
-func sendAll(client *http.Client, n, c int, method string, urlOf func(i int) string) int {
+// error or a status of 300 or more. answered, when not nil, is called
+// with i once request i is answered.
+func sendAll(client *http.Client, n, c int, method string, urlOf func(i int) string, answered func(i int)) int {
 	jobs := make(chan int)
 	var wg sync.WaitGroup
 	var failed atomic.Int32
@@ -216,6 +217,9 @@ func sendAll(client *http.Client, n, c int, method string, urlOf func(i int) str
 				resp, err := client.Do(req)
 				if err != nil || resp.StatusCode >= 300 {
 					failed.Add(1)
+				}
+				if answered != nil {
+					answered(i)
 				}
 				if resp != nil {
 					_ = resp.Body.Close()
@@ -295,7 +299,7 @@ func TestConcurrencyCapSimulation(t *testing.T) {
 						url += "/" + strconv.Itoa(i)
 					}
 					return url
-				})
+				}, nil)
 				st := srv.Stats()
 				attempts, over := float64(st.Attempts)/n, time.Since(start).Seconds()/limit.Seconds()
 				t.Logf("attempts/request %.3f, time %.2fx the limit", attempts, over)

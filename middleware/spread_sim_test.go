@@ -500,34 +500,16 @@ func TestGraphMixSimulation(t *testing.T) {
 					budget, _ := graphMix(i)
 					count[budget]++
 				}
-				jobs := make(chan int)
-				var wg sync.WaitGroup
 				var mu sync.Mutex
-				failed := 0
-				for range c {
-					wg.Go(func() {
-						for i := range jobs {
-							budget, path := graphMix(i)
-							req, _ := http.NewRequest(method, "https://graph.test"+path, strings.NewReader(`{}`))
-							req.Header.Set(throttletest.HeaderRequestID, strconv.Itoa(i))
-							resp, err := client.Do(req)
-							mu.Lock()
-							if err != nil || resp.StatusCode >= 300 {
-								failed++
-							}
-							last[budget] = time.Now()
-							mu.Unlock()
-							if resp != nil {
-								_ = resp.Body.Close()
-							}
-						}
-					})
-				}
-				for i := range n {
-					jobs <- i
-				}
-				close(jobs)
-				wg.Wait()
+				failed := sendAll(client, n, c, method, func(i int) string {
+					_, path := graphMix(i)
+					return "https://graph.test" + path
+				}, func(i int) {
+					budget, _ := graphMix(i)
+					mu.Lock()
+					last[budget] = time.Now()
+					mu.Unlock()
+				})
 				st := srv.Stats()
 				worst := 0.0
 				over := map[string]string{}
