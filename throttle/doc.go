@@ -93,8 +93,11 @@
 //     once, to half, not once per throttle, so that it is there when the
 //     window opens, and climbs back from there along the curve to the
 //     rate the decrease fitted, as CUBIC's window climbs back to where it
-//     was lost (a sliding window still counting an overshoot refuses a
-//     release or two after a fit that was right). When the server refuses every release since that
+//     was lost. When the decrease's fit read the server's rate, a refusal
+//     within its wait is the overshoot the server still counts (a sliding
+//     window for its period, a leaky bucket until it drains), not a rate
+//     the fit missed: the pace falls a tenth, which drains it, not to
+//     half. When the server refuses every release since that
 //     decrease (shutAfter in a row), the pace stops until the wait ends,
 //     but for a probe an eighth of the wait apart, which a refusal does
 //     not slow: a closed window serves nothing, and one that counts its

@@ -145,6 +145,11 @@ type adaptivePacer struct {
 	// must not drive the pace to nothing for when it opens.
 	closed      time.Time
 	closedFloor float64
+	// closedRead is whether the fit of the decrease that began the
+	// closure read the server's rate: a refusal within it is then the
+	// overshoot the server still counts (a sliding window forgets it over
+	// its period, a leaky bucket drains it), not a rate the fit missed.
+	closedRead bool
 	// refusedRun counts the throttles in a row, since the last success,
 	// met within that wait by releases sent after its decrease: a server
 	// that refuses every one is closed, not slow.
@@ -414,6 +419,11 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 			return
 		}
 		switch {
+		case closing && p.closedRead:
+			// The overshoot drains at what the pace leaves unused: a
+			// tenth less drains it within the closure, where the floor
+			// left a quarter of the rate unused for the curve's span.
+			floor = max(p.closedFloor, p.rateAt(sent)*backoff)
 		case closing:
 			floor = p.closedFloor
 		case p.state == pacerSteady:
@@ -444,7 +454,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 				p.shutSince = now
 			}
 		} else {
-			p.closed, p.closedFloor = end, max(floor, p.rateAt(sent)/2)
+			p.closed, p.closedFloor, p.closedRead = end, max(floor, p.rateAt(sent)/2), read
 			p.refusedRun = 0
 		}
 		p.start, p.idle = now, 0

@@ -422,6 +422,60 @@ func TestPacerClimbsBackFromTheClosure(t *testing.T) {
 	}
 }
 
+// readDecreasedPacer returns a pacer that followed 400/s, released at its
+// pace for 2.5 s (past the curve's span, probing) and was throttled then:
+// a decrease whose fit read the rate.
+func readDecreasedPacer(t *testing.T) *adaptivePacer {
+	t.Helper()
+	p := newAdaptivePacer(t0)
+	p.follow(400, t0)
+	now := t0
+	for now.Before(t0.Add(2500 * time.Millisecond)) {
+		now = p.next(now)
+		p.sent(now)
+	}
+	p.throttled(now, now.Add(time.Millisecond), now.Add(time.Second))
+	require.True(t, p.closedRead, "the decrease's fit read the rate")
+	return p
+}
+
+// TestPacerBacksOffWithinAReadClosure checks that a refusal within the
+// closure of a decrease whose fit read the server's rate lowers the pace
+// by a tenth, not to the closure's floor: it is the overshoot the server
+// still counts (HAProxy's window for a second, a leaky bucket until it
+// drains), and at the floor the pace left a quarter of the window's rate
+// unused for the curve's span. A decrease the fit could not read still
+// falls to the floor.
+func TestPacerBacksOffWithinAReadClosure(t *testing.T) {
+	k := time.Duration(math.Cbrt((1-dip)/cubic) * float64(time.Second))
+	tests := []struct {
+		name     string
+		pacer    func(*testing.T) *adaptivePacer
+		byATenth bool
+	}{
+		{"the decrease read the rate", readDecreasedPacer, true},
+		{"the decrease could not read it", decreasedPacer, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.pacer(t)
+			fitted := p.base
+			sent := p.next(p.reacted.Add(40 * time.Millisecond))
+			p.sent(sent)
+			before := p.rateAt(sent)
+			p.throttled(sent, sent.Add(time.Millisecond), sent.Add(time.Second))
+			refused := sent.Add(time.Millisecond)
+			if tt.byATenth {
+				assert.InDelta(t, before*backoff, p.rateAt(refused), before*1e-6, "a tenth down")
+				assert.Greater(t, p.rateAt(refused), p.closedFloor)
+			} else {
+				assert.InDelta(t, p.closedFloor, p.rateAt(refused), 1e-9, "at the closure's floor")
+			}
+			assert.InDelta(t, fitted, p.rateAt(refused.Add(k)), fitted*1e-6, "back at the fit within the curve's span")
+		})
+	}
+}
+
 // TestPacerShutWhileClosed checks that a pace whose releases since a
 // decrease the server refused, shutAfter of them in a row, within the wait
 // that decrease named, stops until that wait ends but for a probe now and
