@@ -27,6 +27,10 @@ type answer struct {
 	policy options.Policy
 	batch  *batchRun // nil unless the request is a JSON batch
 	timed  int       // the request's earlier answers that named their wait
+	// paced says the answer is a throttle naming no wait of an attempt a
+	// budget's pace let go (throttle.Pass.Paced): the pace's overshoot,
+	// which counts as timed.
+	paced bool
 
 	a            options.Attempt
 	built, asked bool
@@ -73,7 +77,7 @@ func (ans *answer) attempt() options.Attempt {
 		ans.a.RetryAfter, ans.a.HasRetryAfter = ans.namedWait()
 	}
 	ans.a.Timed = ans.timed
-	if ans.a.HasRetryAfter {
+	if ans.a.HasRetryAfter || ans.paced {
 		ans.a.Timed++
 	}
 	ans.built = true
@@ -92,7 +96,16 @@ func (ans *answer) next() (time.Duration, bool) {
 
 // policyHold is how long a throttle that names no wait holds its target:
 // the delay the policy gives retry n, or none when it would not retry.
-func (ans *answer) policyHold() time.Duration {
+//
+// paced says a budget's pace let the attempt go: the throttle is the
+// pace's overshoot, and the pace slows the whole budget down for it. The
+// backoff does not step for it, as for a throttle that names its wait:
+// behind nginx's bare 429s a request refused twice by its budget's pace
+// waited 3 s and then 12 s, four times the run it belonged to.
+func (ans *answer) policyHold(paced bool) time.Duration {
+	if !ans.built {
+		ans.paced = paced
+	}
 	if d, ok := ans.next(); ok {
 		return d
 	}

@@ -477,9 +477,10 @@ func verdict(status int, wait time.Duration, named bool) (o throttle.Outcome, ho
 // called only when verdict reads it. A 503 that names no wait is put to q
 // (nil: the queue is off, and it is a failure) through pass, which tells
 // a capacity limit from an outage; back returns when the answer came.
-// A throttle that names no wait holds its target for policyHold's delay.
+// A throttle that names no wait holds its target for policyHold's delay,
+// told whether a budget's pace let the attempt go.
 func classify(q *throttle.Queue, req *http.Request, pass *throttle.Pass, status int,
-	namedWait func() (time.Duration, bool), back func() time.Time, policyHold func() time.Duration) (throttle.Outcome, time.Duration) {
+	namedWait func() (time.Duration, bool), back func() time.Time, policyHold func(paced bool) time.Duration) (throttle.Outcome, time.Duration) {
 	var wait time.Duration
 	var named bool
 	if namesItsWait(status) {
@@ -498,7 +499,7 @@ func classify(q *throttle.Queue, req *http.Request, pass *throttle.Pass, status 
 		byPolicy = outcome == throttle.Throttled
 	}
 	if byPolicy && q != nil {
-		hold = policyHold()
+		hold = policyHold(pass.Paced())
 	}
 	return outcome, hold
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
 	"github.com/kiota-resilience/kiota-resilience-go/throttle"
 )
 
@@ -42,6 +43,32 @@ func TestVerdict(t *testing.T) {
 			if !namesItsWait(tt.status) {
 				assert.False(t, tt.named, "only a 429, 503 or 504 is judged by its wait")
 			}
+		})
+	}
+}
+
+// A throttle that names no wait of an attempt a budget's pace let go is
+// the pace's overshoot: the policy sees it as timed, and its delay does
+// not step up. One the pace did not let go steps it, as the design's
+// backoff does for every failure.
+func TestPacedThrottleIsTimed(t *testing.T) {
+	tests := []struct {
+		name      string
+		paced     bool
+		wantTimed int
+	}{
+		{"let go by a budget's pace", true, 2},
+		{"sent unpaced", false, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := &http.Response{StatusCode: http.StatusTooManyRequests, Header: http.Header{}}
+			var seen int
+			policy := options.PolicyFunc(func(a options.Attempt) (time.Duration, bool) { seen = a.Timed; return time.Second, true })
+			ans := answer{n: 3, resp: resp, back: reading{clock: clocktest.New(time.Unix(0, 0))}, policy: policy, timed: 1}
+			assert.Equal(t, time.Second, ans.policyHold(tt.paced))
+			assert.Equal(t, tt.wantTimed, seen)
+			assert.Equal(t, tt.wantTimed, ans.attempt().Timed, "the loop carries it to the next answer")
 		})
 	}
 }
@@ -83,7 +110,7 @@ func TestClassifyWithTheQueueOff(t *testing.T) {
 			parsed := false
 			namedWait := func() (time.Duration, bool) { parsed = true; return tt.named, tt.named > 0 }
 			back := func() time.Time { t.Fatal("no queue asks when the answer came"); return time.Time{} }
-			policy := func() time.Duration { t.Fatal("no queue holds for the policy's delay"); return 0 }
+			policy := func(bool) time.Duration { t.Fatal("no queue holds for the policy's delay"); return 0 }
 			o, hold := classify(nil, nil, nil, tt.status, namedWait, back, policy)
 			assert.Equal(t, tt.want, o)
 			assert.Equal(t, tt.hold, hold)

@@ -13,11 +13,14 @@ type Attempt struct {
 	// Retry is the retry about to be made: 1 for the first retry.
 	Retry int
 	// Timed is how many of the request's failed attempts so far, this one
-	// included, were retried at a time the backoff did not set: those that
-	// named the wait before their retry (HasRetryAfter), the server timing
-	// it, and retries the outage gate sent before their delay ended
-	// because a probe found the host up again. Step leaves them out. 0 in
-	// an Attempt built by hand.
+	// included, were retried at a time the backoff did not set, or failed
+	// for a reason the throttle queue answers for: those that named the
+	// wait before their retry (HasRetryAfter), the server timing it;
+	// retries the outage gate sent before their delay ended because a
+	// probe found the host up again; and throttles naming no wait of an
+	// attempt a budget's pace let go, the pace's overshoot, for which the
+	// pace slows the whole budget down. Step leaves them out. 0 in an
+	// Attempt built by hand.
 	Timed int
 	// Elapsed is the time since the first attempt started.
 	Elapsed time.Duration

@@ -26,7 +26,10 @@
 //
 //  1. The server's word. A throttle holds exactly what it named (its URL
 //     and path) for the whole time it named: its Retry-After, or for a
-//     429 without one the policy's delay. Nothing else is held for it.
+//     429 without one the policy's delay, which does not step up when a
+//     budget's pace let the attempt go ([Pass.Paced]: the throttle is the
+//     pace's overshoot, and the pace slows for it). Nothing else is held
+//     for it.
 //     [Queue.HeldUntil] tells a caller that would rather not wait it out
 //     (one with no retries to spend) until when it runs.
 //  2. The first guess is the seed's 5-n rule, counted in children: a

@@ -114,6 +114,8 @@ type Pass struct {
 	// retry is set by Retried: the attempt is a retry, which exists
 	// because an earlier one was throttled or failed.
 	retry bool
+	// paced is set when a budget's pace let it go (Paced).
+	paced bool
 	// overran is set by Report for a throttled attempt that falls under
 	// a cap whose counts missed requests out with it: its throttle is the
 	// cap's (caps.go).
@@ -131,6 +133,11 @@ func (p Pass) Retried() Pass {
 	p.retry = true
 	return p
 }
+
+// Paced reports whether a budget's pace let the attempt go: its pacer,
+// or with a store the fleet's schedule. A throttle of it is that pace's
+// overshoot, for which the pace slows the whole budget down.
+func (p Pass) Paced() bool { return p.paced }
 
 // Outcome is what an attempt's answer says about throttling.
 type Outcome int

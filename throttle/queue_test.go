@@ -65,9 +65,10 @@ func (p *fixedPacer) throttled(time.Time, time.Time, time.Time) {}
 
 // acquired is what one queue.acquire returned, and when.
 type acquired struct {
-	id  int
-	err error
-	at  time.Duration // after t0
+	id    int
+	err   error
+	at    time.Duration // after t0
+	paced bool          // the pass said a budget's pace let it go
 }
 
 // holders runs queue.acquire calls in a synctest bubble on a fake clock and
@@ -97,9 +98,9 @@ func (h *holders) hold(rawURL string, notBefore, deadline time.Time) (id int) {
 	h.cancels = append(h.cancels, cancel)
 	tg := targetOf(h.t, rawURL)
 	go func() {
-		_, err := h.q.acquire(ctx, h.q.state(tg.host, true, time.Time{}), tg, notBefore, deadline, nil)
+		p, err := h.q.acquire(ctx, h.q.state(tg.host, true, time.Time{}), tg, notBefore, deadline, nil)
 		h.mu.Lock()
-		h.out = append(h.out, acquired{id, err, h.clk.Now().Sub(t0)})
+		h.out = append(h.out, acquired{id, err, h.clk.Now().Sub(t0), p.Paced()})
 		h.mu.Unlock()
 	}()
 	synctest.Wait()
@@ -291,6 +292,37 @@ func TestQueueReleasePacing(t *testing.T) {
 			assert.InDelta(t, 1/rate(got[i].at), gap, 60e-6, "gap before release %d", i)
 		}
 	})
+}
+
+// TestPassPaced checks that a pass says whether a budget's pace let its
+// attempt go, for the retry loop, which does not step a request's backoff
+// for a throttle of such an attempt that names no wait: the pace's
+// overshoot, for which the pace slows the whole budget down.
+func TestPassPaced(t *testing.T) {
+	tests := []struct {
+		name   string
+		budget bool // two requests to the URL were throttled together
+	}{
+		{"a host never throttled", false},
+		{"a budget's pace lets it go", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHolders(t, options.QueueOptions{})
+				me := targetOf(t, graph+"/v1.0/me")
+				if tt.budget {
+					h.q.throttleTarget(me, t0.Add(-time.Millisecond), t0, t0.Add(time.Second))
+					h.q.throttleTarget(me, t0.Add(-time.Millisecond), t0, t0.Add(time.Second))
+				}
+				h.hold(graph+"/v1.0/me", t0, time.Time{})
+				got := h.run()
+				require.Len(t, got, 1)
+				require.NoError(t, got[0].err)
+				assert.Equal(t, tt.budget, got[0].paced)
+			})
+		})
+	}
 }
 
 func TestQueueCancelWhileHeld(t *testing.T) {
