@@ -65,10 +65,9 @@ func (p *fixedPacer) throttled(time.Time, time.Time, time.Time) {}
 
 // acquired is what one queue.acquire returned, and when.
 type acquired struct {
-	id    int
-	err   error
-	at    time.Duration // after t0
-	paced bool          // the pass said a budget's pace let it go
+	id  int
+	err error
+	at  time.Duration // after t0
 }
 
 // holders runs queue.acquire calls in a synctest bubble on a fake clock and
@@ -81,6 +80,7 @@ type holders struct {
 	cancels []context.CancelFunc
 	mu      sync.Mutex
 	out     []acquired
+	paced   []bool // by id: the pass said a budget's pace let it go
 }
 
 func newHolders(t *testing.T, o options.QueueOptions) *holders {
@@ -100,7 +100,8 @@ func (h *holders) hold(rawURL string, notBefore, deadline time.Time) (id int) {
 	go func() {
 		p, err := h.q.acquire(ctx, h.q.state(tg.host, true, time.Time{}), tg, notBefore, deadline, nil)
 		h.mu.Lock()
-		h.out = append(h.out, acquired{id, err, h.clk.Now().Sub(t0), p.Paced()})
+		h.out = append(h.out, acquired{id, err, h.clk.Now().Sub(t0)})
+		h.paced = append(h.paced, p.Paced())
 		h.mu.Unlock()
 	}()
 	synctest.Wait()
@@ -319,7 +320,7 @@ func TestPassPaced(t *testing.T) {
 				got := h.run()
 				require.Len(t, got, 1)
 				require.NoError(t, got[0].err)
-				assert.Equal(t, tt.budget, got[0].paced)
+				assert.Equal(t, []bool{tt.budget}, h.paced)
 			})
 		})
 	}
