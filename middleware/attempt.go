@@ -101,7 +101,7 @@ func (ans *answer) next() (time.Duration, bool) {
 // pace's overshoot, and the pace slows the whole budget down for it. The
 // backoff does not step for it, as for a throttle that names its wait:
 // behind nginx's bare 429s a request refused twice by its budget's pace
-// waited 3 s and then 12 s, four times the run it belonged to.
+// waited 3 s and then 12 s, and its run took five times its limit.
 func (ans *answer) policyHold(paced bool) time.Duration {
 	if !ans.built {
 		ans.paced = paced
