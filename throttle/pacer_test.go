@@ -422,18 +422,25 @@ func TestPacerClimbsBackFromTheClosure(t *testing.T) {
 	}
 }
 
+// busyPacer returns a pacer that followed rate from t0 and released at
+// every slot of its pace for d, and the time of its last release.
+func busyPacer(rate float64, d time.Duration) (*adaptivePacer, time.Time) {
+	p := newAdaptivePacer(t0)
+	p.follow(rate, t0)
+	now := t0
+	for now.Before(t0.Add(d)) {
+		now = p.next(now)
+		p.sent(now)
+	}
+	return p, now
+}
+
 // readDecreasedPacer returns a pacer that followed 400/s, released at its
 // pace for 2.5 s (past the curve's span, probing) and was throttled then:
 // a decrease whose fit read the rate.
 func readDecreasedPacer(t *testing.T) *adaptivePacer {
 	t.Helper()
-	p := newAdaptivePacer(t0)
-	p.follow(400, t0)
-	now := t0
-	for now.Before(t0.Add(2500 * time.Millisecond)) {
-		now = p.next(now)
-		p.sent(now)
-	}
+	p, now := busyPacer(400, 2500*time.Millisecond)
 	p.throttled(now, now.Add(time.Millisecond), now.Add(time.Second))
 	require.True(t, p.closedRead, "the decrease's fit read the rate")
 	return p
@@ -537,14 +544,8 @@ func TestAdaptivePacerIdleTimeIsNotProbed(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := newAdaptivePacer(t0)
-			p.follow(100, t0)
-			now := t0
 			// Busy for 3 s: every slot taken, the curve past its fit.
-			for now.Before(t0.Add(3 * time.Second)) {
-				now = p.next(now)
-				p.sent(now)
-			}
+			p, now := busyPacer(100, 3*time.Second)
 			before := p.rateAt(now) / p.base
 			require.Greater(t, before, 1.0, "probing above the fit after 3 s busy")
 			now = now.Add(tt.gap)
