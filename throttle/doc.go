@@ -105,7 +105,12 @@
 //     but for a probe an eighth of the wait apart, which a refusal does
 //     not slow: a closed window serves nothing, and one that counts its
 //     refusals (HAProxy's stick table) stays closed while they come. A
-//     success reopens it.
+//     success reopens it. A server that serves some releases while it
+//     refuses others within the wait is not closed but slower than the
+//     pace: once it served minServed of them, the pace falls to the rate
+//     it served them at (empty at the decrease, its bucket gave no more
+//     than it refilled), where the floor would hold it above that rate,
+//     a refusal after another, until the wait ends.
 //  6. A throttle may name no wait: a bare 429 is a throttle. A 503 without
 //     Retry-After is read once, by [Queue.Refused]: a capacity limit, a
 //     throttle, when the host answers other requests (capacityWindow) and

@@ -150,6 +150,16 @@ type adaptivePacer struct {
 	// overshoot the server still counts (a sliding window forgets it over
 	// its period, a leaky bucket drains it), not a rate the fit missed.
 	closedRead bool
+	// closedServed counts the successes of releases sent since the
+	// decrease that began the closure (closedAt), from the first of
+	// them (sent at servedFrom): what the server delivered while it
+	// refused. A server that serves through a closure is not closed but
+	// slower than the pace, and what it delivers is its rate; one that
+	// counts its refusals (HAProxy's stick table) serves nothing until
+	// their count decays, which says nothing of its rate.
+	closedAt     time.Time
+	servedFrom   time.Time
+	closedServed int
 	// refusedRun counts the throttles in a row, since the last success,
 	// met within that wait by releases sent after its decrease: a server
 	// that refuses every one is closed, not slow.
@@ -372,6 +382,12 @@ func (p *adaptivePacer) settle(n int, start time.Time) {
 
 func (p *adaptivePacer) succeeded(sent, now time.Time) {
 	p.observe(sent, now)
+	if p.state == pacerSteady && !sent.Before(p.closedAt) {
+		if p.closedServed == 0 || sent.Before(p.servedFrom) {
+			p.servedFrom = sent
+		}
+		p.closedServed++
+	}
 	if p.state == pacerSteady && sent.After(p.reacted) {
 		p.refusedRun = 0
 		p.idle += p.shutFor(now)
@@ -431,6 +447,17 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		}
 		fit, read := p.fit(sent)
 		fit = max(fit, 1)
+		if served, ok := p.servedRate(sent); closing && ok && served < max(fit, floor) {
+			// The server served through the closure at a rate below the
+			// pace its floor keeps: it is open and slower than that
+			// floor, which would hold the pace above it, a refusal after
+			// another, until the wait ends. What it served is its rate:
+			// empty at the decrease, its bucket gave no more than it
+			// refilled, and the refusals since show the pace took all
+			// of that.
+			fit, floor, read = served, served, true
+			p.closedFloor = min(p.closedFloor, served)
+		}
 		p.from = 0
 		if closing && !read && max(fit, floor) < p.base {
 			// A refusal within the closure that the fit cannot read (too
@@ -455,6 +482,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 			}
 		} else {
 			p.closed, p.closedFloor, p.closedRead = end, max(floor, p.rateAt(sent)/2), read
+			p.closedAt, p.closedServed = now, 0
 			p.refusedRun = 0
 		}
 		p.start, p.idle = now, 0
@@ -462,6 +490,23 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		p.last = now // the server's bucket is empty: wait for a token
 	}
 	p.releases = p.releases[:0]
+}
+
+// minServed is the least count of successes servedRate reads a rate
+// from: counted to one success, four read it to within a third, and
+// the count, a lower bound, errs below the server's rate.
+const minServed = 8
+
+// servedRate returns the rate at which the server served the releases
+// sent since the closure's first success, up to sent, and whether
+// enough were served to tell it. The first success's token refilled
+// before it, so it counts for no time.
+func (p *adaptivePacer) servedRate(sent time.Time) (float64, bool) {
+	span := sent.Sub(p.servedFrom).Seconds()
+	if p.closedServed < minServed || span <= 0 {
+		return 0, false
+	}
+	return float64(p.closedServed-1) / span, true
 }
 
 // fit returns the refill rate at which the server's token bucket would

@@ -483,6 +483,56 @@ func TestPacerBacksOffWithinAReadClosure(t *testing.T) {
 	}
 }
 
+// TestPacerClosureYieldsToTheServedRate runs a pacer whose decrease
+// fitted 2.5 times the server's rate, a leaky bucket at 100/s that names
+// no wait (a bare 429 holds its request for the policy's 3 s), against
+// that bucket for a second of the decrease's closure. The closure's floor,
+// half the pace before the decrease, is above what the server serves:
+// held there, the pace met a refusal every 40 ms, each costing its
+// request 3 s. What the server served meanwhile is its rate, and the pace
+// falls to it. A server that serves faster than the floor keeps it.
+func TestPacerClosureYieldsToTheServedRate(t *testing.T) {
+	tests := []struct {
+		name          string
+		serverRate    float64
+		maxRefusals   int
+		paceAtLeast   float64 // share of the server's rate, after the second
+		paceAtMost    float64
+		keepsTheFloor bool
+	}{
+		{"the floor is above the server's rate", 100, 6, 0.8, 1.0, false},
+		{"the server serves above the floor", 200, 6, 0, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, now := busyPacer(250, 500*time.Millisecond)
+			p.throttled(now, now.Add(time.Millisecond), now.Add(3*time.Second))
+			require.Equal(t, now.Add(time.Millisecond), p.closedAt)
+			floor := p.closedFloor
+			require.Greater(t, floor, 100.0)
+			server := bucket{rate: tt.serverRate, burst: 10, last: now}
+			refusals, end := 0, now.Add(time.Second)
+			for at := p.next(now); at.Before(end); at = p.next(at) {
+				p.sent(at)
+				if server.take(at) {
+					p.succeeded(at, at.Add(time.Millisecond))
+					continue
+				}
+				refusals++
+				p.throttled(at, at.Add(time.Millisecond), at.Add(3*time.Second))
+			}
+			assert.LessOrEqual(t, refusals, tt.maxRefusals)
+			if tt.keepsTheFloor {
+				assert.Equal(t, floor, p.closedFloor, "served faster than the floor: it stands")
+				return
+			}
+			assert.Less(t, p.closedFloor, floor)
+			assert.GreaterOrEqual(t, p.rateAt(end), tt.paceAtLeast*tt.serverRate)
+			assert.LessOrEqual(t, p.rateAt(end), tt.paceAtMost*tt.serverRate)
+		})
+	}
+}
+
 // TestPacerShutWhileClosed checks that a pace whose releases since a
 // decrease the server refused, shutAfter of them in a row, within the wait
 // that decrease named, stops until that wait ends but for a probe now and
