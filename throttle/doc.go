@@ -81,7 +81,10 @@
 //     a search from the first wave's successes, a fit of the server's
 //     token bucket at the first throttle, then a CUBIC-like curve that
 //     probes above it; the curve counts only time with something to
-//     release, so a pace idle through an outage resumes where it was).
+//     release, so a pace idle through an outage resumes where it was; a
+//     probe whose throttle fits no more than the rate it set out from
+//     doubles the wait before the next, maxQuietProbes times at most,
+//     since each costs its request a Retry-After).
 //     Requests under a paced budget wait FIFO at its
 //     pace: a budget cut out of a wider one decides for its requests,
 //     else the widest budget of their path. A throttle of a

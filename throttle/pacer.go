@@ -86,6 +86,13 @@ const (
 	// probeAfter + probeDoubling.
 	probeAfter    = 500 * time.Millisecond
 	probeDoubling = 500 * time.Millisecond
+	// maxQuietProbes bounds how many times the wait before a probe
+	// doubles, once for each probe in a row that found the server's rate
+	// where the last fit put it: each costs its request a Retry-After,
+	// and the last one may be the run's last second, for nothing. After
+	// four, a server whose rate rose is followed within about 16 times
+	// the first wait (35 s for a Retry-After of 1 s).
+	maxQuietProbes = 4
 	// shutAfter is how many releases in a row, all sent after a decrease
 	// and within the wait it named, the server must refuse for the pace
 	// to stop until that wait ends: one is the congestion of the
@@ -175,6 +182,10 @@ type adaptivePacer struct {
 	// requests released within two of it after a decrease may still meet
 	// the congestion of the ones in flight before it.
 	rtt time.Duration
+	// quietProbes counts the probes in a row whose throttle fitted no
+	// more than the rate the probe set out from: the server's rate has
+	// not moved, and the next probe waits twice as long.
+	quietProbes int
 	// idle is the time since start that a steady pace had nothing to
 	// release at its slots, which its curve does not count: a rate left
 	// unused is no evidence that the server takes it (RFC 7661's rule for
@@ -215,7 +226,7 @@ func (p *adaptivePacer) rateAt(now time.Time) float64 {
 			from = p.base * dip
 		}
 		r = p.base - (p.base-from)*math.Pow(max(k-elapsed, 0)/k, 3)
-		if beyond := elapsed - max(k, probeAfter.Seconds(), 2*p.period); beyond > 0 {
+		if beyond := elapsed - p.probeWait(k); beyond > 0 {
 			// Past the fit, probe by doubling: a throttle then holds only
 			// the probe that met it, so a server whose rate rose is
 			// caught up with within a second or two at the cost of one
@@ -225,6 +236,19 @@ func (p *adaptivePacer) rateAt(now time.Time) float64 {
 		}
 	}
 	return min(r, maxRate)
+}
+
+// probeWait returns how long, in seconds, the pace stays at or under
+// its fit before it probes above it: the curve's span k, at least
+// probeAfter and two Retry-After periods, doubled for each quiet probe
+// (maxQuietProbes at most).
+func (p *adaptivePacer) probeWait(k float64) float64 {
+	return max(k, probeAfter.Seconds(), 2*p.period) * math.Exp2(float64(min(p.quietProbes, maxQuietProbes)))
+}
+
+// probing reports whether the pace at t is a probe above the fit.
+func (p *adaptivePacer) probing(t time.Time) bool {
+	return p.state == pacerSteady && p.rateAt(t) > p.base
 }
 
 // next returns the earliest t >= start with t - last >= 1/rate(t). The
@@ -447,6 +471,15 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		}
 		fit, read := p.fit(sent)
 		fit = max(fit, 1)
+		if !closing && p.probing(sent) {
+			// A probe's throttle: it found more than the last fit only
+			// when it fits above that fit's own reading.
+			if read && fit <= p.base/fitShare {
+				p.quietProbes++
+			} else {
+				p.quietProbes = 0
+			}
+		}
 		if served, ok := p.servedRate(sent); closing && ok && served < max(fit, floor) {
 			// The server served through the closure at a rate below the
 			// pace its floor keeps: it is open and slower than that

@@ -533,6 +533,51 @@ func TestPacerClosureYieldsToTheServedRate(t *testing.T) {
 	}
 }
 
+// TestPacerBacksOffQuietProbes runs a steady pacer against a token
+// bucket until its first probe is throttled, and checks when it probes
+// next. A probe that found the server's rate where the fit had put it
+// doubles the wait before the next one: each costs its request a
+// Retry-After, and for nothing while the rate stands. One that found more
+// leaves the wait as it was, so that a rising rate is followed.
+func TestPacerBacksOffQuietProbes(t *testing.T) {
+	const fitted = 400.0
+	k := math.Cbrt((1 - dip) / cubic)
+	wait := time.Duration(max(k, probeAfter.Seconds(), 2) * float64(time.Second))
+	tests := []struct {
+		name       string
+		serverRate float64
+		quiet      int
+		nextProbe  time.Duration // after the probe's throttle
+	}{
+		{"the rate stood", fitted / fitShare, 1, 2 * wait},
+		{"the rate rose by half", 1.5 * fitted / fitShare, 0, wait},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.follow(fitted, t0)
+			server := bucket{rate: tt.serverRate, burst: 40, tokens: 40, last: t0}
+			var refused time.Time
+			for at := p.next(t0); at.Before(t0.Add(time.Minute)); at = p.next(at) {
+				p.sent(at)
+				if server.take(at) {
+					p.succeeded(at, at.Add(time.Millisecond))
+					continue
+				}
+				require.True(t, p.probing(at), "refused only above the fit")
+				refused = at.Add(time.Millisecond)
+				p.throttled(at, refused, refused.Add(time.Second))
+				break
+			}
+			require.False(t, refused.IsZero(), "the probe met a throttle")
+			assert.Equal(t, tt.quiet, p.quietProbes)
+			step := 10 * time.Millisecond
+			assert.False(t, p.probing(refused.Add(tt.nextProbe-step)), "no probe before the wait")
+			assert.True(t, p.probing(refused.Add(tt.nextProbe+step)), "a probe after it")
+		})
+	}
+}
+
 // TestPacerShutWhileClosed checks that a pace whose releases since a
 // decrease the server refused, shutAfter of them in a row, within the wait
 // that decrease named, stops until that wait ends but for a probe now and
