@@ -71,7 +71,9 @@
 //  4. Evidence widens. Throttles spread over more children make the parent
 //     the budget (2.), and it keeps the pace its children learned, with
 //     the whole first wave they counted between them (the host's wave
-//     goes to whichever budget formed first), but for
+//     goes to the budget that formed first, or to each budget below the
+//     host the part of it sent to its API, counted apart for apiSlots
+//     APIs: nginx's zones on one host each let their own through), but for
 //     items throttled together when an item throttled on its own below it
 //     shows its own traffic a budget (a user of the users API beside its
 //     mailboxes): those stay budgets of their own, and a parent that

@@ -3,6 +3,7 @@ package throttle
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,11 @@ type hostState struct {
 	// first throttle: what the server let through, should the host turn
 	// out to be one budget.
 	wave waveCount
+	// apis counts the same successes by the API they went to (made by the
+	// host's first success): a host may keep a budget per API (nginx's
+	// zones, Graph's services), and each API's first budget takes what
+	// the server let through to that API.
+	apis atomic.Pointer[apiWaves]
 	// succeeded is when the latest success was sent, in Unix nanoseconds.
 	succeeded atomic.Int64
 	// served and refused count, by the second, the successes and the 503s
@@ -199,6 +205,76 @@ func keepNewest[V any](m map[string]V, keep int, seq func(V) uint64) {
 	for _, a := range all[:excess] {
 		delete(m, a.key)
 	}
+}
+
+// apiSlots bounds the APIs of a host whose first wave is counted apart;
+// the successes to an API past them count in the host's wave alone. A
+// first wave overruns a few APIs at once (nginx's three zones; Graph's
+// users and mailboxes, which are one API, sites and drives), and each
+// slot costs every host that answered 48 bytes until it is forgotten.
+const apiSlots = 4
+
+// apiWaves counts a host's first wave by API: the first path segment
+// below the service root (the first of segments). The slots are claimed
+// without a lock, each by the first success to its API.
+type apiWaves [apiSlots]struct {
+	name  atomic.Pointer[string]
+	count waveCount
+}
+
+// addWave counts a success to api, sent at sent, in the host's wave and
+// in that of its API.
+func (s *hostState) addWave(api string, sent time.Time) {
+	s.wave.add(sent)
+	if api == "" {
+		return
+	}
+	w := s.apis.Load()
+	if w == nil {
+		s.apis.CompareAndSwap(nil, new(apiWaves))
+		w = s.apis.Load()
+	}
+	if c := w.find(api, true); c != nil {
+		c.add(sent)
+	}
+}
+
+// takeAPI returns and clears the successes to api of the second of now
+// and the one before, as waveCount.take, and whether api was counted
+// apart.
+func (s *hostState) takeAPI(api string, now time.Time) (int, time.Time, bool) {
+	w := s.apis.Load()
+	if w == nil {
+		return 0, time.Time{}, false
+	}
+	c := w.find(api, false)
+	if c == nil {
+		return 0, time.Time{}, false
+	}
+	n, start := c.take(now)
+	return n, start, true
+}
+
+// find returns the count of api, claiming a free slot for it when claim
+// is set, or nil when it has none.
+func (w *apiWaves) find(api string, claim bool) *waveCount {
+	for i := range w {
+		name := w[i].name.Load()
+		if name == nil {
+			if !claim {
+				return nil
+			}
+			kept := strings.Clone(api) // not the request's whole path
+			if w[i].name.CompareAndSwap(nil, &kept) {
+				return &w[i].count
+			}
+			name = w[i].name.Load()
+		}
+		if *name == api {
+			return &w[i].count
+		}
+	}
+	return nil
 }
 
 // waveCount counts successes by the second they were sent in, the current

@@ -208,7 +208,7 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time, waved 
 		// first one, as on the fast path (answers that announce a budget
 		// come this way).
 		if !counted {
-			s.wave.add(p.Sent)
+			s.addWave(t.api(), p.Sent)
 		}
 		return
 	}
@@ -319,8 +319,19 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 	}
 	// The host's successes before its first throttle were counted
 	// without the lock: the first budget of the host takes them as what
-	// the server let through (most hosts are one budget).
-	if c, start := s.wave.take(now); c > 0 {
+	// the server let through (most hosts are one budget), or those to
+	// its API when it is below the host: nginx's zones on one host each
+	// let their own through, and one taking them all left the others a
+	// search from none, whose fit, assuming a bucket of one, read more
+	// than twice their rate (in virtual time).
+	api, _, _ := strings.Cut(n.key, "/")
+	c, start := s.wave.take(now)
+	if api != "" && c > 0 {
+		if ac, astart, ok := s.takeAPI(api, now); ok {
+			c, start = ac, astart
+		}
+	}
+	if c > 0 {
 		n.pacer.settle(c, start)
 		return
 	}
@@ -334,6 +345,11 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 			a.pacer = q.newPacer(now)
 			return
 		}
+	}
+	// The host's first budget formed in another API: this one takes what
+	// the server let through to its own.
+	if c, start, _ := s.takeAPI(api, now); api != "" && c > 0 {
+		n.pacer.settle(c, start)
 	}
 }
 

@@ -255,7 +255,7 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		case Succeeded:
 			s.seen.Store(p.Sent.Unix())
 			s.succeeded.Store(p.Sent.UnixNano())
-			s.wave.add(p.Sent)
+			s.addWave(q.api(req.URL.Path), p.Sent)
 			s.served.add(p.Sent)
 			counted = true
 			if !s.active.Load() {

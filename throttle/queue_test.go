@@ -551,6 +551,50 @@ func TestReportItemKeepsTheQueuesReading(t *testing.T) {
 	}
 }
 
+// TestFirstWaveByAPI checks that each API's first budget takes the
+// successes of the host's first wave sent to that API: nginx's zones on
+// one host each let their own through. Taken whole by the first budget
+// to form, the wave left the others a search from none, whose fit,
+// assuming a bucket of one, read more than twice their rate.
+func TestFirstWaveByAPI(t *testing.T) {
+	tests := []struct {
+		name  string
+		first string // the API whose budget forms first
+	}{
+		{"users first", "users"},
+		{"sites first", "sites"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := New(clocktest.New(t0), options.QueueOptions{})
+			host := func() *hostState { return q.state("graph.test", true, t0) }
+			wave := map[string]int{"users": 8, "sites": 3, "me": 2}
+			for api, n := range wave {
+				for i := range n {
+					q.succeededAt(host(), "/v1.0/"+api+"/"+strconv.Itoa(100+i), t0, t0.Add(time.Millisecond))
+				}
+			}
+			apis := []string{tt.first}
+			for _, api := range []string{"users", "sites"} {
+				if api != tt.first {
+					apis = append(apis, api)
+				}
+			}
+			for _, api := range apis {
+				for i := range 4 {
+					q.throttleTarget(targetOf(t, graph+"/v1.0/"+api+"/"+strconv.Itoa(i)), t0, t0.Add(2*time.Millisecond), t0.Add(time.Second))
+				}
+			}
+			for _, api := range apis {
+				n := host().nodes[api]
+				require.NotNil(t, n)
+				require.True(t, n.shared, "four throttled children make %s a budget", api)
+				assert.Equal(t, wave[api], n.pacer.(*adaptivePacer).burst, api)
+			}
+		})
+	}
+}
+
 // TestFirstWaveCountedOnce checks that each success of the host's first
 // wave counts once in the burst its first budget's search starts from,
 // whether it came before the host's first throttle (the wave, counted
@@ -585,7 +629,7 @@ func TestFirstWaveCountedOnce(t *testing.T) {
 			want := tt.before + tt.after
 			if tt.racing {
 				s := host()
-				s.wave.add(t0)
+				s.addWave("users", t0)
 				s.mu.Lock()
 				q.succeeded(s, targetOf(t, graph+"/v1.0/users/300"), Pass{Sent: t0, host: s}, t0.Add(3*time.Millisecond), true)
 				s.mu.Unlock()

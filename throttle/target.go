@@ -80,6 +80,30 @@ func (q *Queue) segments(path string) []string {
 	return segs
 }
 
+// api returns the first segment of path below its service root, the
+// first of segments, without allocating: the API the path belongs to.
+func (q *Queue) api(path string) string {
+	rest, rooted := path, false
+	for _, root := range q.roots {
+		if r, ok := strings.CutPrefix(path, root); ok && (r == "" || r[0] == '/') {
+			rest, rooted = r, true
+			break
+		}
+	}
+	for rest != "" {
+		var seg string
+		seg, rest, _ = strings.Cut(rest, "/")
+		switch {
+		case seg == "":
+		case !rooted && isVersion(seg):
+			rooted = true
+		default:
+			return seg
+		}
+	}
+	return ""
+}
+
 // isVersion reports whether seg names an API version, as Graph's v1.0 and
 // beta do: "beta", or "v" followed by numbers separated by dots (v1, v2.1).
 func isVersion(seg string) bool {
@@ -102,6 +126,14 @@ func isVersion(seg string) bool {
 		}
 	}
 	return digits > 0
+}
+
+// api returns the API t belongs to, its first segment; "" for none.
+func (t *target) api() string {
+	if len(t.segs) == 0 {
+		return ""
+	}
+	return t.segs[0]
 }
 
 // keys returns the keys of the nodes of t's budget tree, widest first:

@@ -37,11 +37,19 @@ func TestSegmentsBelowRoot(t *testing.T) {
 		{"the longest named root", []string{"/api", "/api/data/v9.2"}, "/api/data/v9.2/accounts", []string{"accounts"}},
 		{"a named root matches whole segments", []string{"/api/data"}, "/api/database/x", []string{"api", "database", "x"}},
 		{"a path outside the named roots keeps the version rule", []string{"/api/data/v9.2"}, "/v1.0/me", []string{"me"}},
+		{"the root alone", []string{"/api/data/v9.2"}, "/api/data/v9.2", nil},
+		{"the version alone", nil, "/v1.0/", []string{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			q := New(clocktest.New(t0), options.QueueOptions{Roots: tt.roots})
 			assert.Equal(t, tt.want, q.segments(tt.path))
+			api := ""
+			if len(tt.want) > 0 {
+				api = tt.want[0]
+			}
+			assert.Equal(t, api, q.api(tt.path), "the API: the first segment")
+			assert.Zero(t, testing.AllocsPerRun(10, func() { q.api(tt.path) }), "the API is read without allocating")
 		})
 	}
 }
