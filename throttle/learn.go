@@ -348,7 +348,10 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 	}
 	// The host's first budget formed in another API: this one takes what
 	// the server let through to its own.
-	if c, start, _ := s.takeAPI(api, now); api != "" && c > 0 {
+	if api == "" {
+		return
+	}
+	if c, start, _ := s.takeAPI(api, now); c > 0 {
 		n.pacer.settle(c, start)
 	}
 }

@@ -56,18 +56,22 @@ func (q *Queue) pathTarget(host, path string) *target {
 	return &target{host: host, path: path, url: path, segs: q.segments(path)}
 }
 
+// belowRoot returns what follows the longest of the queue's roots that
+// path starts with, and true; without one, path and false.
+func (q *Queue) belowRoot(path string) (rest string, rooted bool) {
+	for _, root := range q.roots {
+		if r, ok := strings.CutPrefix(path, root); ok && (r == "" || r[0] == '/') {
+			return r, true
+		}
+	}
+	return path, false
+}
+
 // segments returns the segments of path below its service root: below the
 // longest of the queue's roots that path starts with or, without one, below
 // a leading version segment.
 func (q *Queue) segments(path string) []string {
-	rest := path
-	rooted := false
-	for _, root := range q.roots {
-		if r, ok := strings.CutPrefix(path, root); ok && (r == "" || r[0] == '/') {
-			rest, rooted = r, true
-			break
-		}
-	}
+	rest, rooted := q.belowRoot(path)
 	var segs []string
 	for s := range strings.SplitSeq(rest, "/") {
 		if s != "" {
@@ -83,13 +87,7 @@ func (q *Queue) segments(path string) []string {
 // api returns the first segment of path below its service root, the
 // first of segments, without allocating: the API the path belongs to.
 func (q *Queue) api(path string) string {
-	rest, rooted := path, false
-	for _, root := range q.roots {
-		if r, ok := strings.CutPrefix(path, root); ok && (r == "" || r[0] == '/') {
-			rest, rooted = r, true
-			break
-		}
-	}
+	rest, rooted := q.belowRoot(path)
 	for rest != "" {
 		var seg string
 		seg, rest, _ = strings.Cut(rest, "/")
