@@ -46,9 +46,11 @@
 //     its own (a mailbox, one collection's POSTs), cut out of its parent:
 //     its throttles count for no node above it. The rule counts such
 //     items too: need(n) of them within spreadWindow below a node n
-//     segments below the root make the node their budget, which gathers
-//     them (siblings.go: 50 mailboxes behind one limiter are one budget
-//     seen item by item), unless an item throttled on its own below that
+//     segments below the root make the node their budget, under the same
+//     share of throttles, which gathers them (siblings.go: 50 mailboxes
+//     behind one limiter are one budget seen item by item; two locked
+//     items each requested twice at once, among thousands of served
+//     siblings, are not), unless an item throttled on its own below that
 //     node shows its traffic a budget of its own (Graph's users API beside
 //     its mailboxes). Otherwise the throttle is
 //     the item's own: it holds its target and paces nothing (a throttle

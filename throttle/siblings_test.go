@@ -202,3 +202,51 @@ func TestGatheredBudgetEnds(t *testing.T) {
 	require.NotNil(t, n)
 	assert.Equal(t, "users/m1/messages", n.key)
 }
+
+// TestLockedItemsAmongServedSiblingsStayApart checks that items throttled
+// together gather into their ancestor only while the ancestor's throttles
+// are a budget's share of its answers: locked items of a drive, each
+// requested twice at once now and then, are refused together as often as
+// a budget's items would be, but among thousands of their siblings'
+// successes they are a few of its answers, and no request to an item
+// the server serves is paced. Without the share, two locked items
+// requested twice within a second made the drive's items a budget paced
+// at a hundredth of what the server served (the locked-items simulation,
+// 0.01 of the queue off, in one schedule of about 200).
+func TestLockedItemsAmongServedSiblingsStayApart(t *testing.T) {
+	ms := time.Millisecond
+	item := func(i int) *target { return targetOf(t, graph+fmt.Sprintf("/v1.0/drives/d1/items/%d", i)) }
+	tests := []struct {
+		name   string
+		served int    // successes to other items before the locked ones
+		budget string // the budget of a served item; "" for none
+	}{
+		{"among thousands served", 2000, ""},
+		{"with nothing served", 0, "drives/d1/items"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := New(clocktest.New(t0), options.QueueOptions{})
+			// The first throttle makes the drive's nodes, which count the
+			// successes after it.
+			q.throttleTarget(item(20), t0, t0.Add(ms), t0.Add(time.Second))
+			st := q.state("graph.test", false, time.Time{})
+			at := t0.Add(ms)
+			for i := range tt.served {
+				at = at.Add(100 * time.Microsecond)
+				st.mu.Lock()
+				q.succeeded(st, item(20*i+1), Pass{Sent: at.Add(-ms)}, at, false)
+				st.mu.Unlock()
+			}
+			at = throttleItemsTogether(t, q, at, 4, "/v1.0/drives/d1/items/%d00")
+			tg := item(7)
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			got := "" // no budget: the item is not paced
+			if n := q.budgetOf(st, tg.keys(), at); n != nil {
+				got = n.key
+			}
+			assert.Equal(t, tt.budget, got)
+		})
+	}
+}
