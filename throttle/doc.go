@@ -39,22 +39,22 @@
 //     its recent answers (a few locked items among many served ones are
 //     not an overrun budget); where two children are enough, that share
 //     must be beyond chance (overrunChance: two locked items among a
-//     drive's first ten answers are a draw, not evidence). The host is n = 0 and its children are its APIs:
-//     five throttled APIs make the host one budget; four throttled users
-//     make the users API one. Requests to one item throttled together
-//     (sent before its last throttle came back) make the item a budget of
-//     its own (a mailbox, one collection's POSTs), cut out of its parent:
-//     its throttles count for no node above it. The rule counts such
-//     items too: need(n) of them within spreadWindow below a node n
-//     segments below the root make the node their budget, under the same
-//     share of throttles, which gathers them (siblings.go: 50 mailboxes
-//     behind one limiter are one budget seen item by item; two locked
-//     items each requested twice at once, among thousands of served
-//     siblings, are not), unless an item throttled on its own below that
-//     node shows its traffic a budget of its own (Graph's users API beside
-//     its mailboxes). Otherwise the throttle is
-//     the item's own: it holds its target and paces nothing (a throttle
-//     naming 1 ms costs 1 ms).
+//     drive's first ten answers are a draw, not evidence). The host is
+//     n = 0 and its children are its APIs: five throttled APIs make the
+//     host one budget; four throttled users make the users API one.
+//     Requests to one item throttled together (sent before its last
+//     throttle came back) make the item a budget of its own (a mailbox,
+//     one collection's POSTs), cut out of its parent: its throttles count
+//     for no node above it. The rule counts such items too: need(n) of
+//     them within spreadWindow below a node n segments below the root make
+//     the node their budget, under the same share of throttles, which
+//     gathers them (siblings.go: 50 mailboxes behind one limiter are one
+//     budget seen item by item; two locked items each requested twice at
+//     once, among thousands of served siblings, are not), unless an item
+//     throttled on its own below that node shows its traffic a budget of
+//     its own (Graph's users API beside its mailboxes). Otherwise the
+//     throttle is the item's own: it holds its target and paces nothing (a
+//     throttle naming 1 ms costs 1 ms).
 //  3. Evidence narrows. An item throttled again each time it waited out
 //     its Retry-After, while others succeed, is locked (lockedStrikes): a
 //     budget of its own, whose throttles count for no node above it. A
