@@ -26,7 +26,7 @@ import "time"
 // while a drive's locked items, requested twice at once now and then
 // among thousands of their served siblings, are a few of its answers
 // (gathered, two of them paced the whole drive at a hundredth of what the
-// server served, in one schedule of about 200 of the locked-items
+// server served, in one schedule in a few hundred of the locked-items
 // simulation). That holds only while nothing else below the ancestor
 // tells the other story: an item throttled on its own below it, and not
 // as deep as the carved ones (a user of the users API, beside its

@@ -212,7 +212,7 @@ func TestGatheredBudgetEnds(t *testing.T) {
 // the server serves is paced. Without the share, two locked items
 // requested twice within a second made the drive's items a budget paced
 // at a hundredth of what the server served (the locked-items simulation,
-// 0.01 of the queue off, in one schedule of about 200).
+// 0.01 of the queue off, in one schedule in a few hundred).
 func TestLockedItemsAmongServedSiblingsStayApart(t *testing.T) {
 	ms := time.Millisecond
 	item := func(i int) *target { return targetOf(t, graph+fmt.Sprintf("/v1.0/drives/d1/items/%d", i)) }
