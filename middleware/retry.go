@@ -284,8 +284,9 @@ func (r *run) drop() {
 	r.last, r.lastErr = nil, nil
 }
 
-// reading reads its clock once, when first asked: a request that succeeds
-// at once never needs the time its attempt came back.
+// reading reads its clock once, when first asked: with the queue off, a
+// request that succeeds at once never needs the time its attempt came
+// back.
 type reading struct {
 	clock options.Clock
 	t     time.Time

@@ -82,7 +82,12 @@
 //     gathered them gives them back (siblings.go). A budget whose last
 //     throttle is a recovery window old ends.
 //  5. Pace is learned and applied per budget (the adaptive pacer, pacer.go:
-//     a search from the first wave's successes, a fit of the server's
+//     a search from the first wave's successes, which begins once the
+//     wave's last requests are answered (two round trips after the first
+//     throttle, or as long as the server took to serve the wave, if that
+//     is longer) and fits nothing while no success has come back (the
+//     server may still be serving the wave: a concurrency limit refuses
+//     at once what it serves slowly), a fit of the server's
 //     token bucket at the first throttle, then a CUBIC-like curve that
 //     probes above it; the curve counts only time with something to
 //     release, so a pace idle through an outage resumes where it was; a
@@ -222,19 +227,26 @@
 //     served on (the host's first wave, which the counts miss, is over by
 //     then). The tallies show a cap c when nearly all throttles went with
 //     at least c out (all but one in capMisfits), more often than a rate's
-//     would fall there by chance (capChance), while requests sent with
+//     would fall there by chance (capChance: the share of the releases,
+//     answered or not, sent with c out), while requests sent with
 //     fewer were served (minCapServed), the share refused jumps at c
 //     (capMisfits times what it is below, at least capShare), and served
 //     requests take longer than refused ones (capServeRatio: a cap binds
 //     only where serving takes time, and a burst after a hold into a
-//     server that serves at once shows the same step). The budget,
-//     or each of its children alike, then releases a request whenever
+//     server that serves at once shows the same step). Tallies that show
+//     both are read as each child's cap: a budget whose waiters all wait
+//     at full children has about as many out at each throttle, and read
+//     as one cap of its own, ten mailboxes of 4 fell from 31 to 14. The
+//     budget, or each of its children alike, then releases a request whenever
 //     fewer than c are out and paces nothing: its pacer, which took the
 //     cap's throttles for a rate's, paced at about half of what the cap
 //     serves. A request whose child is full waits out of the budget's
 //     queue, in arrival order per child, so that those to other children
-//     go meanwhile. Its throttles teach nothing: one sent with c-1 out
-//     shows the cap read one too high, which falls to c-1; any other
-//     shows no cap (a rate's, or another client's requests the counts
-//     miss), and drops it, its pacer learning from that throttle on.
+//     go meanwhile. Its throttles teach nothing: one sent with fewer than
+//     c out has the tallies read again, and the cap becomes what they
+//     show (a cap read too high from a burst's few throttles falls to the
+//     server's; one count that lagged by an answer on its way leaves it
+//     standing); tallies that show none (a rate's throttles, or another
+//     client's requests the counts miss) drop it, its pacer learning from
+//     that throttle on.
 package throttle

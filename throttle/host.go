@@ -224,8 +224,8 @@ type apiWaves [apiSlots]struct {
 
 // addWave counts a success to api, sent at sent, in the host's wave and
 // in that of its API.
-func (s *hostState) addWave(api string, sent time.Time) {
-	s.wave.add(sent)
+func (s *hostState) addWave(api string, sent time.Time, took time.Duration) {
+	s.wave.addTook(sent, took)
 	if api == "" {
 		return
 	}
@@ -235,24 +235,23 @@ func (s *hostState) addWave(api string, sent time.Time) {
 		w = s.apis.Load()
 	}
 	if c := w.find(api, true); c != nil {
-		c.add(sent)
+		c.addTook(sent, took)
 	}
 }
 
 // takeAPI returns and clears the successes to api of the second of now
 // and the one before, as waveCount.take, and whether api was counted
 // apart.
-func (s *hostState) takeAPI(api string, now time.Time) (int, time.Time, bool) {
+func (s *hostState) takeAPI(api string, now time.Time) (waveTally, bool) {
 	w := s.apis.Load()
 	if w == nil {
-		return 0, time.Time{}, false
+		return waveTally{}, false
 	}
 	c := w.find(api, false)
 	if c == nil {
-		return 0, time.Time{}, false
+		return waveTally{}, false
 	}
-	n, start := c.take(now)
-	return n, start, true
+	return c.take(now), true
 }
 
 // find returns the count of api, claiming a free slot for it when claim
@@ -287,9 +286,18 @@ type waveCount struct {
 	// as seen by whichever success came first: near enough, as waves
 	// are sent in order.
 	curStart, prevStart atomic.Int64
+	// The longest a success counted in each took to be answered, in
+	// nanoseconds: how long the server holds a request it serves, and so
+	// how long the wave's last requests may still be out after its first
+	// throttle.
+	curTook, prevTook atomic.Int64
 }
 
-func (c *waveCount) add(sent time.Time) {
+// add counts an answer to a request sent at sent.
+func (c *waveCount) add(sent time.Time) { c.addTook(sent, 0) }
+
+// addTook counts a success sent at sent and answered took later.
+func (c *waveCount) addTook(sent time.Time, took time.Duration) {
 	at := sent.Unix()
 	for {
 		s := c.second.Load()
@@ -298,37 +306,59 @@ func (c *waveCount) add(sent time.Time) {
 			case s:
 				c.cur.Add(1)
 				c.curStart.CompareAndSwap(0, sent.UnixNano())
+				atomicMax(&c.curTook, int64(took))
 			case s - 1:
 				c.prev.Add(1)
 				c.prevStart.CompareAndSwap(0, sent.UnixNano())
+				atomicMax(&c.prevTook, int64(took))
 			}
 			return
 		}
 		if c.second.CompareAndSwap(s, at) {
 			// Successes counted between the swap and the moves land in the
 			// second before: still counted, at worst a second early.
-			n, start := c.cur.Swap(0), c.curStart.Swap(0)
+			n, start, took := c.cur.Swap(0), c.curStart.Swap(0), c.curTook.Swap(0)
 			if at != s+1 {
-				n, start = 0, 0
+				n, start, took = 0, 0, 0
 			}
 			c.prev.Store(n)
 			c.prevStart.Store(start)
+			c.prevTook.Store(took)
 		}
 	}
 }
 
+// atomicMax raises v to at least x.
+func atomicMax(v *atomic.Int64, x int64) {
+	for {
+		old := v.Load()
+		if old >= x || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
+}
+
+// waveTally is what a waveCount counted: n successes, the earliest sent
+// at start, the slowest answered took after it was sent.
+type waveTally struct {
+	n     int
+	start time.Time
+	took  time.Duration
+}
+
 // take returns and clears the successes of the second of now and the one
-// before, and the earliest send among them.
-func (c *waveCount) take(now time.Time) (int, time.Time) {
+// before.
+func (c *waveCount) take(now time.Time) waveTally {
 	n := c.cur.Swap(0) + c.prev.Swap(0)
 	start := c.prevStart.Swap(0)
 	if cur := c.curStart.Swap(0); start == 0 {
 		start = cur
 	}
+	took := max(c.curTook.Swap(0), c.prevTook.Swap(0))
 	if n == 0 || c.second.Load() < now.Unix()-1 {
-		return 0, time.Time{} // counted too long ago
+		return waveTally{} // counted too long ago
 	}
-	return int(n), time.Unix(0, start)
+	return waveTally{int(n), time.Unix(0, start), time.Duration(took)}
 }
 
 // recent returns the count of the second of now and the one before.

@@ -195,7 +195,7 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time, waved 
 	counted := waved
 	for _, k := range keys {
 		if n := s.nodes[k]; n != nil && !n.shared && !waved {
-			n.successes.add(p.Sent)
+			n.successes.addTook(p.Sent, now.Sub(p.Sent))
 			counted = true
 		}
 	}
@@ -208,7 +208,7 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time, waved 
 		// first one, as on the fast path (answers that announce a budget
 		// come this way).
 		if !counted {
-			s.addWave(t.api(), p.Sent)
+			s.addWave(t.api(), p.Sent, now.Sub(p.Sent))
 		}
 		return
 	}
@@ -325,14 +325,14 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 	// search from none, whose fit, assuming a bucket of one, read more
 	// than twice their rate (in virtual time).
 	api, _, _ := strings.Cut(n.key, "/")
-	c, start := s.wave.take(now)
-	if api != "" && c > 0 {
-		if ac, astart, ok := s.takeAPI(api, now); ok {
-			c, start = ac, astart
+	w := s.wave.take(now)
+	if api != "" && w.n > 0 {
+		if aw, ok := s.takeAPI(api, now); ok {
+			w = aw
 		}
 	}
-	if c > 0 {
-		n.pacer.settle(c, start)
+	if w.n > 0 {
+		settleWave(n.pacer, w)
 		return
 	}
 	// A wider budget formed in the same wave took them: the wave was this
@@ -351,8 +351,16 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 	if api == "" {
 		return
 	}
-	if c, start, _ := s.takeAPI(api, now); c > 0 {
-		n.pacer.settle(c, start)
+	if w, _ := s.takeAPI(api, now); w.n > 0 {
+		settleWave(n.pacer, w)
+	}
+}
+
+// settleWave gives p the successes of the wave w counted.
+func settleWave(p pacer, w waveTally) {
+	p.settle(w.n, w.start)
+	if ap, ok := p.(*adaptivePacer); ok {
+		ap.waveServed(w.took)
 	}
 }
 

@@ -144,6 +144,13 @@ type adaptivePacer struct {
 	// may have served the wave's last requests after its first throttle,
 	// from what it refilled meanwhile.
 	waveLast time.Time
+	// served is set once a success came back, of the wave or of the
+	// pace: until then, the server may still be serving the wave.
+	served bool
+	// waveTook is the longest a success of the wave took to be answered:
+	// the wave's last requests, sent as its first throttle came back, may
+	// be out that long.
+	waveTook time.Duration
 	rate     float64 // rate of the last release
 	// closed is the end of the wait named by the throttle that last
 	// lowered the rate outside such a wait, and closedFloor half the
@@ -375,7 +382,7 @@ func (p *adaptivePacer) searchOn(old *adaptivePacer, now time.Time) {
 		return
 	}
 	p.state = pacerSearching
-	p.period, p.rtt = old.period, old.rtt
+	p.period, p.rtt, p.served = old.period, old.rtt, true
 	p.burst = max(int(r/2*min(p.period, searchPeriod)/searchStart), 1)
 	// Answers to requests out now meet the congestion of the old pace:
 	// they are not the search's news.
@@ -399,13 +406,21 @@ func (p *adaptivePacer) observe(sent, now time.Time) {
 
 func (p *adaptivePacer) settle(n int, start time.Time) {
 	p.burst += n
+	p.served = p.served || n > 0
 	if !start.IsZero() && (p.waveStart.IsZero() || start.Before(p.waveStart)) {
 		p.waveStart = start
 	}
 }
 
+// waveServed tells p that the server took took to answer a success of
+// the wave.
+func (p *adaptivePacer) waveServed(took time.Duration) {
+	p.waveTook = max(p.waveTook, took)
+}
+
 func (p *adaptivePacer) succeeded(sent, now time.Time) {
 	p.observe(sent, now)
+	p.served = true
 	if p.state == pacerSteady && !sent.Before(p.closedAt) {
 		if p.closedServed == 0 || sent.Before(p.servedFrom) {
 			p.servedFrom = sent
@@ -430,6 +445,19 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		// still in flight: the same congestion, seen late.
 		return
 	}
+	if p.state == pacerSearching && !p.served {
+		// Refused while no success had come back: the server may still be
+		// serving the wave (a concurrency limit refuses while it serves,
+		// and Outlook's 4 per mailbox serve in 50 ms what they refuse in
+		// one), and what the search released meanwhile says nothing of a
+		// rate. Fitted, the search read a fifth of what the caps serve,
+		// and the pace stayed there for the curve's span. It starts again
+		// from its first rate instead, which it cannot pass while the
+		// server serves nothing.
+		p.start, p.last, p.reacted = now, now, now
+		p.releases = p.releases[:0]
+		return
+	}
 	switch p.state {
 	case pacerCold:
 		p.period = max(end.Sub(now), time.Second).Seconds()
@@ -439,9 +467,15 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		// server's word holds only what it throttled, and the rest of the
 		// scope may use what the bucket refills meanwhile.
 		// Requests sent within two round trips of it meet the same
-		// congestion (the wave may still be reaching the server): the
-		// first release waits that long, so that what it says is news.
-		p.start = now.Add(2 * p.rtt)
+		// congestion (the wave may still be reaching the server), and
+		// within the time the server took to serve the wave, its last
+		// requests still being served (a concurrency limit refuses while
+		// it serves, and Outlook's 4 per mailbox serve in 50 ms what they
+		// refuse in one): the first release waits that long, so that
+		// what it says is news. Sent sooner, one search in three met
+		// mailboxes still full, fitted a fifth of what they serve, and
+		// held it for the curve's span (2x-7x the physical limit).
+		p.start = now.Add(max(2*p.rtt, p.waveTook))
 		p.last = p.start
 		p.reacted = now
 	default:

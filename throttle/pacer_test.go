@@ -791,3 +791,55 @@ func TestAdaptivePacerSearchOn(t *testing.T) {
 		})
 	}
 }
+
+// TestAdaptivePacerWaitsOutTheWave checks that the search's first release
+// waits two round trips after the first throttle, or as long as the
+// server took to serve a success of the wave when that is longer: the
+// wave's last requests may be served that long.
+func TestAdaptivePacerWaitsOutTheWave(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tt := range []struct {
+		name string
+		took time.Duration // the wave's slowest success; 0: none told
+		want time.Duration // from the throttle to the search's start
+	}{
+		{"no wave told", 0, 10 * ms},
+		{"served as fast as refused", 3 * ms, 10 * ms},
+		{"served in 50 ms", 50 * ms, 50 * ms},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.settle(40, t0)
+			p.waveServed(tt.took)
+			now := t0.Add(10 * ms)
+			p.throttled(t0.Add(5*ms), now, now.Add(time.Second)) // a round trip of 5 ms
+			require.Equal(t, pacerSearching, p.state)
+			assert.Equal(t, now.Add(tt.want), p.start)
+		})
+	}
+}
+
+// TestAdaptivePacerSearchesOnWhileNothingServed checks that a throttle
+// of the search met while no success had come back fits nothing: the
+// server may still be serving the wave. The search starts again from its
+// first rate, and fits at the first throttle after a success.
+func TestAdaptivePacerSearchesOnWhileNothingServed(t *testing.T) {
+	const ms = time.Millisecond
+	p := newAdaptivePacer(t0)
+	p.throttled(t0, t0.Add(ms), t0.Add(time.Second))
+	require.Equal(t, pacerSearching, p.state)
+	first := p.searchFrom()
+
+	now := t0.Add(300 * ms)
+	p.sent(now.Add(-10 * ms))
+	p.throttled(now.Add(-10*ms), now, now.Add(time.Second))
+	assert.Equal(t, pacerSearching, p.state, "nothing fitted")
+	assert.Equal(t, now, p.start, "the search starts again")
+	assert.InDelta(t, first, p.rateAt(now), 1e-9, "from its first rate")
+
+	p.succeeded(now.Add(-50*ms), now.Add(ms))
+	later := now.Add(300 * ms)
+	p.sent(later.Add(-10 * ms))
+	p.throttled(later.Add(-10*ms), later, later.Add(time.Second))
+	assert.Equal(t, pacerSteady, p.state, "fitted once a success came back")
+}

@@ -255,7 +255,9 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		case Succeeded:
 			s.seen.Store(p.Sent.Unix())
 			s.succeeded.Store(p.Sent.UnixNano())
-			s.addWave(q.api(req.URL.Path), p.Sent)
+			// When it came back tells how long the server holds what it
+			// serves, which the host's first budget waits out (share).
+			s.addWave(q.api(req.URL.Path), p.Sent, back().Sub(p.Sent))
 			s.served.add(p.Sent)
 			counted = true
 			if !s.active.Load() {

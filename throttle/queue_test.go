@@ -629,7 +629,7 @@ func TestFirstWaveCountedOnce(t *testing.T) {
 			want := tt.before + tt.after
 			if tt.racing {
 				s := host()
-				s.addWave("users", t0)
+				s.addWave("users", t0, 0)
 				s.mu.Lock()
 				q.succeeded(s, targetOf(t, graph+"/v1.0/users/300"), Pass{Sent: t0, host: s}, t0.Add(3*time.Millisecond), true)
 				s.mu.Unlock()

@@ -208,8 +208,8 @@ func (n *node) share(now time.Time, newPacer func(time.Time) pacer) {
 	}
 	n.shared, n.since = true, now
 	n.pacer = newPacer(now)
-	if c, start := n.successes.take(now); c > 0 {
-		n.pacer.settle(c, start)
+	if w := n.successes.take(now); w.n > 0 {
+		settleWave(n.pacer, w)
 	}
 	n.even = evenness{}
 }

@@ -146,7 +146,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				var p Pass
 				share, follows := q.fleetShare(n, now)
 				if n.live(now, q.recovery) {
-					n.release(&p, keys)
+					n.release(&p, keys, now)
 				}
 				if n.paces(now, q.recovery) {
 					p.paced = true

@@ -81,6 +81,12 @@ type window struct {
 	throttled, ok [beyondCap + 1]int32
 	// throttledFor and okFor sum how long those answers took.
 	throttledFor, okFor time.Duration
+	// sentWith tallies the releases since served by how many others were
+	// out when each went, answered or not: a rate's throttle falls on
+	// any request sent, and a cap's on those sent with its count out,
+	// which the server refuses at once while it serves the rest slowly,
+	// so that the answers alone, early on, overstate their share.
+	sentWith [beyondCap + 1]int32
 	// limit is the learned cap; zero while there is none.
 	limit int
 }
@@ -94,6 +100,13 @@ func (w *window) counts(sent time.Time) bool {
 // full reports whether a budget with inflight requests out may release no
 // more until one is answered.
 func (w *window) full(inflight int) bool { return w.limit > 0 && inflight >= w.limit }
+
+// sent records a release of the budget at now with out others out.
+func (w *window) sent(out int, now time.Time) {
+	if w.counts(now) {
+		w.sentWith[min(out, beyondCap)]++
+	}
+}
 
 // tally records the answer, at now, to a release of the budget sent at
 // sent with out others out.
@@ -150,7 +163,18 @@ func (w *window) learn() bool {
 		okBelow += n
 	}
 	thrAbove, okAbove := thr-below, ok-okBelow
-	sentAbove := float64(thrAbove+okAbove) / float64(thr+ok)
+	// The share of the releases that went with c or more out, each count
+	// tallied as sent or as answered, whichever is more (a cap dropped
+	// meanwhile restarted the tallies of the releases sent).
+	var above, all int32
+	for k, n := range w.sentWith {
+		n = max(n, w.throttled[k]+w.ok[k])
+		all += n
+		if k >= c {
+			above += n
+		}
+	}
+	sentAbove := float64(above) / float64(all)
 	if okBelow < minCapServed ||
 		atLeastChance(int(thr), int(thrAbove), sentAbove) >= capChance ||
 		float64(thrAbove) < capShare*float64(thrAbove+okAbove) ||
@@ -175,18 +199,23 @@ func (w *window) servesSlowly() bool {
 
 // throttledWhileCapped takes a throttle of a request the capped budget
 // released with out others out, and reports whether the cap still stands.
-// Under a cap read one too high (the tallies' noise), the server refuses
-// requests sent with one fewer out: the cap falls to that, and a request
-// sent before it fell, with as many out as it allows now, is its
-// throttle too. Any other throttle shows no cap (a rate's, or another
-// client's share of a cap it cannot count): it drops the cap and its
-// evidence.
+// One sent with as many out as the cap allows is its throttle. One sent
+// with fewer contradicts it, and the tallies, which count it already, are
+// read again: the cap becomes what they show now. A cap read too high
+// from few throttles (the 9 a burst released past the cap showed, where
+// the server serves 4) falls to what the throttles since show, and one
+// throttle of a request whose count lagged the server's by an answer on
+// its way leaves a cap the tallies still show standing; lowering the cap
+// to each such throttle's count read 3 for Outlook's 4 now and then, and
+// kept it there. Tallies that show no cap (a rate's throttles, which fall
+// whatever was out, or another client's share of a cap this one cannot
+// count) drop the cap and its evidence.
 func (w *window) throttledWhileCapped(out int) bool {
-	switch {
-	case out >= w.limit:
+	if out >= w.limit {
 		return true
-	case out == w.limit-1 && out >= minLearnedCap:
-		w.limit = out
+	}
+	w.limit = 0
+	if w.learn() {
 		return true
 	}
 	*w = window{served: w.served}
@@ -197,13 +226,20 @@ func (w *window) throttledWhileCapped(out int) bool {
 // is a concurrency cap's, which teaches its pacer nothing: n learned a
 // cap, or learns one from it. A capped budget's throttle of a request it
 // released tests the cap (throttledWhileCapped); one of a request it did
-// not release (sent before it formed) is the cap's.
+// not release (sent before it formed) is the cap's. Tallies that show a
+// cap of each child are read so before those of the budget as a whole
+// (doc.go, item 12), and a budget capped as a whole takes its children's
+// cap once their tallies show one.
 func (q *Queue) capped(n *node, p Pass) bool {
 	switch {
 	case p.budget != n:
 		// Sent beside the counts of its cap, if it has one.
 		return n.window.limit > 0 || n.kidWindow.limit > 0
 	case n.window.limit > 0:
+		if p.kid != "" && q.caps == nil && n.kidWindow.learn() {
+			n.window = window{served: n.window.served}
+			return true
+		}
 		return n.window.throttledWhileCapped(p.out)
 	case p.kid != "" && n.kidWindow.limit > 0:
 		if n.kidWindow.throttledWhileCapped(p.kidOut) {
@@ -216,7 +252,7 @@ func (q *Queue) capped(n *node, p Pass) bool {
 		return false
 	}
 	// A cap the options name is the server's word: none is learned beside it.
-	return q.caps == nil && (n.window.learn() || p.kid != "" && n.kidWindow.learn())
+	return q.caps == nil && (p.kid != "" && n.kidWindow.learn() || n.window.learn())
 }
 
 // holds reports whether a request waits at n or is out.
@@ -234,10 +270,11 @@ func (n *node) kidOf(keys []string) string {
 // go to it.
 func (n *node) kidFull(kid string) bool { return kid != "" && n.kidWindow.full(n.kidsOut[kid]) }
 
-// release counts p, a request to keys, out as n's release.
-func (n *node) release(p *Pass, keys []string) {
+// release counts p, a request to keys, out as n's release at now.
+func (n *node) release(p *Pass, keys []string, now time.Time) {
 	p.budget, p.out = n, n.inflight
 	n.inflight++
+	n.window.sent(p.out, now)
 	if p.kid = n.kidOf(keys); p.kid == "" {
 		return
 	}
@@ -246,6 +283,7 @@ func (n *node) release(p *Pass, keys []string) {
 	}
 	p.kidOut = n.kidsOut[p.kid]
 	n.kidsOut[p.kid]++
+	n.kidWindow.sent(p.kidOut, now)
 }
 
 // back counts p, n's release, in flight no more.
@@ -299,7 +337,7 @@ func (q *Queue) gated(ctx context.Context, s *hostState, n *node, w *waiter, kid
 			n.ungate(kid, w)
 			var p Pass
 			if n.live(now, q.recovery) {
-				n.release(&p, keys)
+				n.release(&p, keys, now)
 			}
 			// A cap dropped or raised meanwhile may let the next go too.
 			n.wakeGated(kid)

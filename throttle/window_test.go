@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"testing"
 	"testing/synctest"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/clocktest"
+	"github.com/kiota-resilience/kiota-resilience-go/options"
 )
 
 // tallied returns a window that has served, with the throttles and
@@ -153,20 +155,36 @@ func TestWindowTally(t *testing.T) {
 
 func TestWindowThrottledWhileCapped(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
+		name string
+		// learned is the tallies' throttles before; the new one, sent
+		// with out others out, is tallied before it is judged.
+		learned   map[int]int32
+		limit     int // 4 when zero
 		out       int
 		stands    bool
 		wantLimit int
 	}{
-		{name: "a cap read too high falls to what was out", out: 3, stands: true, wantLimit: 3},
-		{name: "a request sent before the cap fell is its throttle", out: 4, stands: true, wantLimit: 4},
-		{name: "a refusal with two fewer out is no cap's", out: 2, wantLimit: 0},
-		{name: "a refusal with fewer than two out is a rate's", out: 1, wantLimit: 0},
-		{name: "a refusal of a request sent alone", out: 0, wantLimit: 0},
+		{name: "a throttle with the cap's count out is the cap's", learned: map[int]int32{4: 9}, out: 4, stands: true, wantLimit: 4},
+		{name: "one with more out too", learned: map[int]int32{4: 9}, out: 6, stands: true, wantLimit: 4},
+		{
+			// A count that lagged the server's by an answer on its way:
+			// the tallies still show the cap.
+			name: "one throttle below the cap among many at it", learned: map[int]int32{4: 9}, out: 3,
+			stands: true, wantLimit: 4,
+		},
+		{
+			// A burst's throttle read a cap of 9 where the server serves
+			// 4: the tallies now show what the throttle went with.
+			name: "a cap read too high from one throttle", learned: map[int]int32{9: 1}, limit: 9, out: 4,
+			stands: true, wantLimit: 4,
+		},
+		{name: "throttles whatever was out show no cap", learned: map[int]int32{1: 2, 4: 9}, out: 1},
+		{name: "a refusal of a request sent alone", learned: map[int]int32{0: 2, 4: 9}, out: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := tallied(map[int]int32{4: 9}, map[int]int32{3: 10}, 50*time.Millisecond)
-			w.limit = 4
+			w := tallied(tc.learned, map[int]int32{1: 10, 2: 10, 3: 10}, 50*time.Millisecond)
+			w.limit = cmp.Or(tc.limit, 4)
+			w.tally(tc.out, w.served, true, w.served.Add(2*time.Millisecond))
 			assert.Equal(t, tc.stands, w.throttledWhileCapped(tc.out))
 			assert.Equal(t, tc.wantLimit, w.limit)
 			if !tc.stands {
@@ -179,6 +197,27 @@ func TestWindowThrottledWhileCapped(t *testing.T) {
 			assert.False(t, w.full(tc.wantLimit-1))
 		})
 	}
+}
+
+// TestWindowLearnCountsWhatWasSent checks that the chance of a rate's
+// throttle falling where a cap's would is read from the releases sent,
+// not only those answered: a cap refuses at once what it serves slowly,
+// so that early on the answers hold every refusal and few successes.
+func TestWindowLearnCountsWhatWasSent(t *testing.T) {
+	answered := func() window {
+		// One throttle with four out; 18 answered with fewer, as Outlook's
+		// cap showed 0.2 s after its wave in virtual time.
+		return tallied(map[int]int32{4: 1}, map[int]int32{1: 9, 2: 9}, 50*time.Millisecond)
+	}
+	w := answered()
+	assert.False(t, w.learn(), "one throttle in 19 falls there by chance one time in 19")
+	w = answered()
+	for range 80 {
+		w.sent(2, w.served)
+	}
+	w.sent(4, w.served)
+	assert.True(t, w.learn(), "one in 81 sent")
+	assert.Equal(t, 4, w.limit)
 }
 
 // cappedUsers returns the users budget of usersBudget, which learned a cap
@@ -262,9 +301,10 @@ func TestLearnedCapGatesEachChild(t *testing.T) {
 }
 
 // TestLearnedCapDropped checks that a throttle of a request sent with
-// fewer out than the cap allows drops the cap, which lets the requests
-// waiting for it go, and teaches the budget's pacer; while the cap stands
-// its throttles teach nothing.
+// fewer out than the cap allows lowers the cap to what the tallies show
+// then, or drops it when they show none, which lets the requests waiting
+// for it go and teaches the budget's pacer; while the cap stands its
+// throttles teach nothing.
 func TestLearnedCapDropped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const m1 = graph + "/v1.0/users/m1/messages"
@@ -272,6 +312,8 @@ func TestLearnedCapDropped(t *testing.T) {
 		pc := &countingPacer{}
 		st.mu.Lock()
 		users.pacer = pc
+		// A cap of three read from three throttles, each with three out.
+		users.kidWindow = tallied(map[int]int32{3: 3}, map[int]int32{0: 10, 1: 10, 2: 10}, 50*time.Millisecond)
 		users.kidWindow.limit = 3
 		st.mu.Unlock()
 		out := admitAtOnce(t, q, clk, m1, 3)
@@ -279,8 +321,8 @@ func TestLearnedCapDropped(t *testing.T) {
 		_, ok := ready(t, waiting)
 		require.False(t, ok)
 
-		// Sent with two others out, under a cap of three: the cap read one
-		// too high, which falls to two; the waiting request stays.
+		// Sent with two others out, under a cap of three: the tallies now
+		// show a cap of two; the waiting request stays.
 		q.Report(get(t, m1, ""), out[2].pass, Throttled, time.Second, nil, clk.Now)
 		synctest.Wait()
 		st.mu.Lock()
@@ -382,4 +424,53 @@ func TestLearnedCapGatesTheBudget(t *testing.T) {
 		require.ErrorAs(t, a.err, &hold)
 		assert.Equal(t, t0.Add(time.Second), hold.Until)
 	})
+}
+
+// TestLearnedCapOfEachChildFirst checks that tallies showing both a cap
+// of the budget and one of each child are read as each child's, and that
+// a budget capped as a whole takes each child's cap once its tallies show
+// it: a budget whose requests all wait at full children has as many out
+// at each throttle as it had at the first, so that ten mailboxes of 4
+// read as a budget of 31 that fell by one a throttle, to 14.
+func TestLearnedCapOfEachChildFirst(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		wholeLimit int
+	}{
+		{"both show a cap", 0},
+		{"capped as a whole", 31},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			q, _, st, users := usersBudget()
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			users.window = tallied(map[int]int32{31: 1}, map[int]int32{10: 20, 20: 20}, 50*time.Millisecond)
+			users.window.limit = tt.wholeLimit
+			users.kidWindow = tallied(map[int]int32{4: 1}, map[int]int32{1: 20, 2: 20}, 50*time.Millisecond)
+			p := Pass{budget: users, out: 31, kid: "users/m1", kidOut: 4}
+			assert.True(t, q.capped(users, p), "the cap's throttle")
+			assert.Equal(t, 4, users.kidWindow.limit)
+			assert.Zero(t, users.window.limit)
+		})
+	}
+}
+
+// TestWaveServeTimeReachesTheBudget checks that how long the server took
+// to serve the host's first wave reaches the pacer of the host's first
+// budget, whose search waits it out.
+func TestWaveServeTimeReachesTheBudget(t *testing.T) {
+	clk := clocktest.New(t0)
+	q := New(clk, options.QueueOptions{})
+	st := q.state("graph.test", true, time.Time{})
+	st.addWave("users", t0, 50*time.Millisecond)
+	st.addWave("users", t0.Add(time.Millisecond), 20*time.Millisecond)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.activate()
+	users := st.node("users", 1)
+	q.share(st, users, t0.Add(60*time.Millisecond))
+	ap, ok := users.pacer.(*adaptivePacer)
+	require.True(t, ok)
+	assert.Equal(t, 2, ap.burst)
+	assert.Equal(t, 50*time.Millisecond, ap.waveTook, "the slowest success of the wave")
 }
