@@ -108,16 +108,24 @@
 //     once, to half, not once per throttle, so that it is there when the
 //     window opens, and climbs back from there along the curve to the
 //     rate the decrease fitted, as CUBIC's window climbs back to where it
-//     was lost. When the decrease's fit read the server's rate, a refusal
-//     within its wait is the overshoot the server still counts (a sliding
+//     was lost. Likewise a decrease outside a closure whose fit reads
+//     under what the server served over the last second (servedSpan)
+//     starts the curve at the fit, which climbs back to fitShare of what
+//     was served, never above the pace throttled: a sliding window still
+//     counting the last round's overshoot runs a round dry under its
+//     rate, and the round alone, fitted as a bucket's, reads it low; a
+//     server whose rate fell throttles the climb. When the decrease's
+//     fit read the server's rate, a refusal within its wait is the overshoot the server still counts (a sliding
 //     window for its period, a leaky bucket until it drains), not a rate
 //     the fit missed: the pace falls a tenth, which drains it, not to
 //     half. When the server refuses every release since that
 //     decrease (shutAfter in a row), the pace stops until the wait ends,
 //     but for a probe an eighth of the wait apart, which a refusal does
 //     not slow: a closed window serves nothing, and one that counts its
-//     refusals (HAProxy's stick table) stays closed while they come. A
-//     success reopens it. A server that serves some releases while it
+//     refusals (HAProxy's stick table) stays closed while they come, past
+//     the wait it named: refused again once the wait is over, with
+//     nothing served since, the pace stays shut, the closure extended to
+//     the new wait. A success reopens it. A server that serves some releases while it
 //     refuses others within the wait is not closed but slower than the
 //     pace: once it served minServed of them, the pace falls to the rate
 //     it served them at (empty at the decrease, its bucket gave no more

@@ -105,6 +105,46 @@ const (
 	maxRate = 1e6
 )
 
+// servedSpan is the span over which the pacer counts what the server
+// served, in servedSlots slots: a second, the period over which the
+// windows of rate limiters count (HAProxy's http_req_rate(1s), nginx's
+// rates per second, Graph's per-second budgets).
+const (
+	servedSlots = 10
+	servedSpan  = time.Second
+	servedSlot  = servedSpan / servedSlots
+)
+
+// servedWindow counts successes by the slot of servedSlot their release
+// fell in, over the last servedSpan: 120 bytes, whatever the rate.
+type servedWindow struct {
+	slot  [servedSlots]int64 // the slot each count is of: its start / servedSlot
+	count [servedSlots]int32
+}
+
+// add counts a success released at sent.
+func (w *servedWindow) add(sent time.Time) {
+	k := sent.UnixNano() / int64(servedSlot)
+	i := k % servedSlots
+	if w.slot[i] != k {
+		w.slot[i], w.count[i] = k, 0
+	}
+	w.count[i]++
+}
+
+// rate returns the successes per second released within servedSpan up
+// to t.
+func (w *servedWindow) rate(t time.Time) float64 {
+	k := t.UnixNano() / int64(servedSlot)
+	n := 0
+	for i := range w.slot {
+		if w.slot[i] > k-servedSlots && w.slot[i] <= k {
+			n += int(w.count[i])
+		}
+	}
+	return float64(n) / servedSpan.Seconds()
+}
+
 // adaptivePacer learns the server's sustainable rate from its answers.
 //
 // Before any throttle it does not pace. The successes of the wave that the
@@ -159,6 +199,10 @@ type adaptivePacer struct {
 	// must not drive the pace to nothing for when it opens.
 	closed      time.Time
 	closedFloor float64
+	// closedWait is the wait the decrease that began the closure named:
+	// a shut pace probes a shutProbes-th of it apart, however long the
+	// closure outlasts it.
+	closedWait time.Duration
 	// closedRead is whether the fit of the decrease that began the
 	// closure read the server's rate: a refusal within it is then the
 	// overshoot the server still counts (a sliding window forgets it over
@@ -199,6 +243,8 @@ type adaptivePacer struct {
 	// a congestion window), and a probe that doubled through an outage
 	// would meet the server's return with everything at once.
 	idle time.Duration
+	// delivered counts the successes of the last servedSpan by release.
+	delivered servedWindow
 }
 
 type pacerState int
@@ -269,7 +315,7 @@ func (p *adaptivePacer) next(now time.Time) time.Time {
 	if p.shut(now) {
 		// One release a shutProbes-th of the wait asks whether the window
 		// opened early, as a sliding one does while its count decays.
-		probe := max(p.closed.Sub(p.reacted)/shutProbes, 2*p.rtt)
+		probe := max(p.closedWait/shutProbes, 2*p.rtt)
 		if at := p.last.Add(probe); at.Before(p.closed) {
 			return later(at, now)
 		}
@@ -382,7 +428,7 @@ func (p *adaptivePacer) searchOn(old *adaptivePacer, now time.Time) {
 		return
 	}
 	p.state = pacerSearching
-	p.period, p.rtt, p.served = old.period, old.rtt, true
+	p.period, p.rtt, p.served, p.delivered = old.period, old.rtt, true, old.delivered
 	p.burst = max(int(r/2*min(p.period, searchPeriod)/searchStart), 1)
 	// Answers to requests out now meet the congestion of the old pace:
 	// they are not the search's news.
@@ -421,6 +467,7 @@ func (p *adaptivePacer) waveServed(took time.Duration) {
 func (p *adaptivePacer) succeeded(sent, now time.Time) {
 	p.observe(sent, now)
 	p.served = true
+	p.delivered.add(sent)
 	if p.state == pacerSteady && !sent.Before(p.closedAt) {
 		if p.closedServed == 0 || sent.Before(p.servedFrom) {
 			p.servedFrom = sent
@@ -485,6 +532,20 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		// the pace cannot collapse.
 		floor := float64(max(p.burst, 1)) / p.period
 		closing := p.state == pacerSteady && sent.Before(p.closed)
+		if p.state == pacerSteady && !closing && p.refusedRun >= shutAfter {
+			// Refused again once the closure's wait is over, with
+			// nothing served since its decrease: the server is still
+			// closed (a sliding window that counts its refusals opens
+			// only once they decay, HAProxy's a third of a second after
+			// the Retry-After it named for the first wave). Taken for a
+			// new decrease, the refusal halved the pace for the curve's
+			// span before the window had served a request. The closure
+			// runs on to the new wait, the pace still shut.
+			p.closed = later(p.closed, end)
+			p.refusedRun++
+			p.last = later(p.last, now)
+			return
+		}
 		if closing && p.shut(sent) {
 			// A probe of a shut pace, refused: the window is still
 			// closed, which says nothing new of its rate.
@@ -538,7 +599,21 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 			// onto the floor.
 			p.from = max(fit, floor)
 		} else {
+			paced := p.rateAt(sent)
 			p.base = max(fit, floor)
+			if sustained := min(p.delivered.rate(sent)*fitShare, paced); !closing && p.state == pacerSteady && sustained > p.base {
+				// The fit reads under what the server served over its
+				// last second: the curve starts from the fit, as
+				// CUBIC's starts from its decrease, and climbs back to
+				// what was served (never above the pace throttled), as
+				// CUBIC's climbs back to the window before the loss. A
+				// sliding window still counting the last round's
+				// overshoot makes a round that ran dry at a third under
+				// its rate, and the pace stayed there for the curve's
+				// span; a server whose rate fell throttles the climb,
+				// and what it serves falls with it.
+				p.from, p.base = p.base, sustained
+			}
 		}
 		p.state = pacerSteady
 		p.shutSince = time.Time{}
@@ -549,6 +624,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 			}
 		} else {
 			p.closed, p.closedFloor, p.closedRead = end, max(floor, p.rateAt(sent)/2), read
+			p.closedWait = end.Sub(now)
 			p.closedAt, p.closedServed = now, 0
 			p.refusedRun = 0
 		}

@@ -843,3 +843,103 @@ func TestAdaptivePacerSearchesOnWhileNothingServed(t *testing.T) {
 	p.throttled(later.Add(-10*ms), later, later.Add(time.Second))
 	assert.Equal(t, pacerSteady, p.state, "fitted once a success came back")
 }
+
+// TestPacerClosureOutlastsItsWait checks that a shut pace refused again
+// once its wait is over, with nothing served since its decrease, stays
+// shut: a sliding window that counts its refusals (HAProxy's stick table)
+// stays closed past the Retry-After it named until they decay, and taken
+// for a new decrease, its refusal halved the pace for the curve's span
+// before the window had served a single request. The probes stay an
+// eighth of the first wait apart. A pace served since its decrease fits
+// the refusal as a new decrease.
+func TestPacerClosureOutlastsItsWait(t *testing.T) {
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	tests := []struct {
+		name   string
+		served bool // a release after the decrease was served
+		stands bool
+	}{
+		{"nothing served since the decrease", false, true},
+		{"a release served since", true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := decreasedPacer(t) // its wait runs until 1026 ms
+			p.sent(ms(40))
+			p.throttled(ms(40), ms(41), ms(1041))
+			p.sent(ms(50))
+			p.throttled(ms(50), ms(51), ms(1051))
+			require.True(t, p.shut(ms(60)))
+			if tt.served {
+				p.sent(ms(500))
+				p.succeeded(ms(500), ms(501))
+			}
+			base, from := p.base, p.from
+			p.sent(ms(1030))
+			p.throttled(ms(1030), ms(1031), ms(2031))
+			if !tt.stands {
+				assert.False(t, p.shut(ms(1040)), "a new decrease, not shut")
+				return
+			}
+			assert.Equal(t, base, p.base, "the rate stands")
+			assert.Equal(t, from, p.from)
+			require.True(t, p.shut(ms(1040)), "still closed")
+			next := p.next(ms(1040))
+			assert.True(t, !next.Before(ms(1150)) && next.Before(ms(1170)), "a probe an eighth of the first wait on: next %v", next.Sub(t0))
+		})
+	}
+}
+
+// TestPacerClimbsBackToWhatWasServed checks that a fit under what the
+// server served over the last second starts the curve, which climbs back
+// to what was served (fitShare of it), as CUBIC's climbs back to the
+// window before its loss: a sliding window still counting the last
+// round's overshoot ran a round dry a third under its rate, and the pace
+// stayed there for the curve's span. With nothing served over the last
+// second, the fit stands.
+func TestPacerClimbsBackToWhatWasServed(t *testing.T) {
+	k := time.Duration(math.Cbrt((1-dip)/cubic) * float64(time.Second))
+	tests := []struct {
+		name   string
+		served bool // the releases of the last second were served
+	}{
+		{"served 400 a second over the last second", true},
+		{"nothing served over the last second", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.follow(400, t0)
+			now := t0
+			for now.Before(t0.Add(1500 * time.Millisecond)) {
+				now = p.next(now)
+				p.sent(now)
+				if tt.served {
+					p.succeeded(now, now.Add(time.Millisecond))
+				}
+			}
+			// A decrease that names no wait, then a round at 250 a
+			// second that runs dry after 100 ms.
+			p.throttled(now, now.Add(time.Millisecond), now.Add(time.Millisecond))
+			paced := p.rateAt(now.Add(time.Millisecond))
+			var at time.Time
+			for i := range 25 {
+				at = now.Add(time.Millisecond + time.Duration(i+1)*4*time.Millisecond)
+				p.sent(at)
+				if tt.served {
+					p.succeeded(at, at.Add(time.Millisecond))
+				}
+			}
+			p.throttled(at, at.Add(time.Millisecond), at.Add(time.Millisecond))
+			fitted := p.rateAt(at.Add(time.Millisecond))
+			assert.Less(t, fitted, 260.0, "the curve starts from the fit")
+			back := p.rateAt(at.Add(k))
+			if !tt.served {
+				assert.Less(t, back, 260.0, "the fit stands")
+				return
+			}
+			assert.InDelta(t, min(p.delivered.rate(at)*fitShare, paced), back, 1, "back at what was served")
+			assert.Greater(t, back, 1.25*fitted)
+		})
+	}
+}
