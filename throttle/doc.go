@@ -134,9 +134,19 @@
 //  6. A throttle may name no wait: a bare 429 is a throttle. A 503 without
 //     Retry-After is read once, by [Queue.Refused]: a capacity limit, a
 //     throttle, when the host answers other requests (capacityWindow) and
-//     either a budget paced the request or refusals are most of its recent
+//     either a budget paced the request, or refusals are most of its recent
 //     answers (at least minRefusals): a client that overran a budget sees
-//     most of what it sends refused. Otherwise it is an outage or a server
+//     most of what it sends refused, or, on a host that never throttled,
+//     minRefusals came in a row with no success answered between them: a
+//     limiter refuses a wave's overflow together, answered before what it
+//     let through comes back from the server behind it, while a server
+//     failing 30 % at random fails 16 in a row once in 2·10^8 answers.
+//     Most alone misses a first wave sent over a few hundred milliseconds,
+//     which the limiter half serves; its refusals, read as failures,
+//     taught no pace, and the host never became one the queue paces. Once
+//     the host has throttled, its budgets read its refusals: a run of an
+//     unpaced request's refusals taken for throttles would hold its URL
+//     for the policy's delay. Otherwise it is an outage or a server
 //     failing some requests at random, which teaches no pace; the outage
 //     gate counts it as a failure. A budget the server once throttled by
 //     name (a 429, or a Retry-After) takes its bare 503s for failures

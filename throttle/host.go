@@ -31,6 +31,10 @@ type hostState struct {
 	// served and refused count, by the second, the successes and the 503s
 	// without Retry-After, for Refused to tell a capacity limit.
 	served, refused waveCount
+	// refusedRun counts the 503s without Retry-After answered since the
+	// host's latest success was: a limiter refuses a wave's overflow in a
+	// row (Refused).
+	refusedRun atomic.Int64
 	// fleet is what the queue exchanged with its store about the host.
 	fleet fleetHost
 	// capServed is when a request that held a concurrency cap's slot was
@@ -370,6 +374,15 @@ func (c *waveCount) recent(now time.Time) int {
 		return int(c.cur.Load())
 	}
 	return 0
+}
+
+// endRefusedRun counts a success: the refusals before it were not all in
+// a row. It writes only when a run was counted, so that a host never
+// refused costs no store.
+func (s *hostState) endRefusedRun() {
+	if s.refusedRun.Load() != 0 {
+		s.refusedRun.Store(0)
+	}
 }
 
 // serving reports whether a success of the host was sent within

@@ -30,9 +30,14 @@ const (
 const capacityWindow = time.Second
 
 // minRefusals is the fewest 503s without Retry-After within the last
-// second or two that, when they are most of the host's answers, make them
-// a capacity limit: a handful may be chance at any failure rate, while a
-// wave that overran a budget brings scores of them.
+// second or two that, when they are most of the host's answers or come in
+// a row, make them a capacity limit: a handful may be chance at any
+// failure rate, while a wave that overran a budget brings scores of them.
+// In a row, with no success answered between them, 16 come about once in
+// 2·10^8 answers of a server failing 30 % at random (0.7·0.3^16, the
+// outage gate's arithmetic), while a limiter refuses a wave's overflow
+// together, each refusal answered at once, before the requests it let
+// through come back from the server behind it.
 const minRefusals = 16
 
 // Queue holds requests back while the server's word holds what they
@@ -259,6 +264,7 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 			// serves, which the host's first budget waits out (share).
 			s.addWave(q.api(req.URL.Path), p.Sent, back().Sub(p.Sent))
 			s.served.add(p.Sent)
+			s.endRefusedRun()
 			counted = true
 			if !s.active.Load() {
 				return
@@ -275,6 +281,7 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 		s.succeeded.Store(now.UnixNano())
 		if !counted {
 			s.served.add(p.Sent)
+			s.endRefusedRun()
 		}
 	}
 	t := q.newTarget(req)
@@ -400,9 +407,12 @@ var ErrHoldTooLong = errors.New("throttle: held past the request's limits")
 // 503 that names no Retry-After, and reports what the queue takes it
 // for: Throttled, a capacity limit of its budget, when the host answers
 // other requests meanwhile, p was not released by a budget the server
-// throttled by name, and either a budget paced p or refusals are most of
+// throttled by name, and either a budget paced p, or refusals are most of
 // the host's recent answers (a client overrunning a budget sees most of
-// what it sends refused); Failed otherwise, an outage or a server failing
+// what it sends refused), or, on a host that never throttled, minRefusals
+// of them came in a row with no success answered between them (a limiter
+// refuses the overflow of a first wave together, however much of the wave
+// it served); Failed otherwise, an outage or a server failing
 // some requests at random, which says nothing of a pace. It marks *p as
 // refused; Report then takes that pass and outcome. It takes the host's
 // lock only when a budget released p.
@@ -423,6 +433,7 @@ func (q *Queue) Refused(req *http.Request, p *Pass, now time.Time) Outcome {
 		}
 	}
 	s.refused.add(now)
+	run := s.refusedRun.Add(1)
 	if !s.serving(now) {
 		return Failed
 	}
@@ -440,6 +451,9 @@ func (q *Queue) Refused(req *http.Request, p *Pass, now time.Time) Outcome {
 		case shared:
 			return Throttled
 		}
+	}
+	if run >= minRefusals && !s.active.Load() {
+		return Throttled
 	}
 	if r, a := s.refused.recent(now), s.served.recent(now); r >= minRefusals && r >= a {
 		return Throttled

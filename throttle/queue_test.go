@@ -450,23 +450,28 @@ func releases(t *testing.T, clk *clocktest.Clock, admits []<-chan admitted) []ti
 // TestQueueRefused checks how a 503 without Retry-After is read: a
 // capacity limit (a throttle) when the host serves others meanwhile, the
 // server never throttled by name the budget that paced the request, and
-// refusals are most of its recent answers or a budget paced it; otherwise
-// a failure that teaches no pace.
+// refusals are most of its recent answers, or came in a row, or a budget
+// paced it; otherwise a failure that teaches no pace.
 func TestQueueRefused(t *testing.T) {
 	req := &http.Request{URL: &url.URL{Scheme: "https", Host: "graph.test", Path: "/v1.0/users/1"}}
 	tests := []struct {
 		name             string
 		served, refusals int
+		between          int  // successes answered after each refusal
+		active           bool // the host throttled before, no budget pacing the request
 		budget, named    bool
 		want             Outcome
 	}{
-		{"never answered", 0, 1, false, false, Failed},
-		{"a few among many served, as failures at random", 70, 30, false, false, Failed},
-		{"too few to tell", 1, 10, false, false, Failed},
-		{"most refused: an overrun budget", 40, 160, false, false, Throttled},
-		{"a budget paced it", 70, 1, true, false, Throttled},
-		{"a budget throttled by 429s paced it: failures at random", 70, 30, true, true, Failed},
-		{"a budget throttled by 429s, most refused: a server going down", 40, 160, true, true, Failed},
+		{"never answered", 0, 1, 0, false, false, false, Failed},
+		{"a few among many served, as failures at random", 70, 30, 2, false, false, false, Failed},
+		{"too few to tell", 1, 10, 0, false, false, false, Failed},
+		{"most refused: an overrun budget", 40, 160, 0, false, false, false, Throttled},
+		{"fewer refused than served, but in a row: a first wave's overflow", 193, 20, 0, false, false, false, Throttled},
+		{"as many, each with a success between: failures at random", 193, 40, 1, false, false, false, Failed},
+		{"in a row on a host that throttled before: its budgets tell", 193, 20, 0, true, false, false, Failed},
+		{"a budget paced it", 70, 1, 0, false, true, false, Throttled},
+		{"a budget throttled by 429s paced it: failures at random", 70, 30, 2, false, true, true, Failed},
+		{"a budget throttled by 429s, most refused: a server going down", 40, 160, 0, false, true, true, Failed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -478,6 +483,11 @@ func TestQueueRefused(t *testing.T) {
 			var p Pass
 			if s := q.state("graph.test", false, time.Time{}); s != nil {
 				p.host = s
+				if tt.active {
+					s.mu.Lock()
+					s.activate()
+					s.mu.Unlock()
+				}
 				if tt.budget {
 					s.mu.Lock()
 					s.activate()
@@ -490,6 +500,9 @@ func TestQueueRefused(t *testing.T) {
 			var got Outcome
 			for range tt.refusals {
 				got = q.Refused(req, &p, t0)
+				for range tt.between {
+					q.Report(req, Pass{Sent: t0}, Succeeded, 0, nil, clk.Now)
+				}
 			}
 			assert.Equal(t, tt.want, got)
 			assert.True(t, p.refused, "the pass is marked, so that Report knows the server named no throttle")
