@@ -490,18 +490,23 @@ func TestPacerBacksOffWithinAReadClosure(t *testing.T) {
 // half the pace before the decrease, is above what the server serves:
 // held there, the pace met a refusal every 40 ms, each costing its
 // request 3 s. What the server served meanwhile is its rate, and the pace
-// falls to it. A server that serves faster than the floor keeps it.
+// falls to it. A server that serves faster than the floor keeps it. A
+// budget whose callers are busy elsewhere half the time is served what
+// it sends: counted over the whole closure, what the server served read
+// 96/s, under its rate, and the pace fell there.
 func TestPacerClosureYieldsToTheServedRate(t *testing.T) {
 	tests := []struct {
 		name          string
 		serverRate    float64
+		idleHalf      bool // nothing to release in every other 100 ms
 		maxRefusals   int
 		paceAtLeast   float64 // share of the server's rate, after the second
 		paceAtMost    float64
 		keepsTheFloor bool
 	}{
-		{"the floor is above the server's rate", 100, 6, 0.8, 1.0, false},
-		{"the server serves above the floor", 200, 6, 0, 0, true},
+		{"the floor is above the server's rate", 100, false, 6, 0.8, 1.0, false},
+		{"the server serves above the floor", 200, false, 6, 0, 0, true},
+		{"the callers busy elsewhere half the time", 110, true, 6, 0, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -513,6 +518,10 @@ func TestPacerClosureYieldsToTheServedRate(t *testing.T) {
 			server := bucket{rate: tt.serverRate, burst: 10, last: now}
 			refusals, end := 0, now.Add(time.Second)
 			for at := p.next(now); at.Before(end); at = p.next(at) {
+				if since := at.Sub(now) % (200 * time.Millisecond); tt.idleHalf && since >= 100*time.Millisecond {
+					// The request comes when its caller is back.
+					at = at.Add(200*time.Millisecond - since)
+				}
 				p.sent(at)
 				if server.take(at) {
 					p.succeeded(at, at.Add(time.Millisecond))
@@ -522,6 +531,10 @@ func TestPacerClosureYieldsToTheServedRate(t *testing.T) {
 				p.throttled(at, at.Add(time.Millisecond), at.Add(3*time.Second))
 			}
 			assert.LessOrEqual(t, refusals, tt.maxRefusals)
+			if tt.idleHalf {
+				assert.GreaterOrEqual(t, p.closedFloor, fitShare*tt.serverRate, "no lower than what the server serves")
+				return
+			}
 			if tt.keepsTheFloor {
 				assert.Equal(t, floor, p.closedFloor, "served faster than the floor: it stands")
 				return
