@@ -130,10 +130,11 @@
 //     pace: once it served minServed of them, the pace falls to the rate
 //     it served them at (empty at the decrease, its bucket gave no more
 //     than it refilled), where the floor would hold it above that rate,
-//     a refusal after another, until the wait ends. The count starts
-//     again whenever the pace had nothing to release at a slot: a budget
-//     whose callers are busy elsewhere is served what it sends, which
-//     says nothing of the server's rate.
+//     a refusal after another, until the wait ends. That reading holds
+//     only while the pace stood idle (nothing to release at its slots)
+//     for less than a tenth of its span: a budget whose callers are busy
+//     elsewhere is served what it sends, and a small bucket loses what
+//     it would have refilled meanwhile.
 //  6. A throttle may name no wait: a bare 429 is a throttle. A 503 without
 //     Retry-After is read once, by [Queue.Refused]: a capacity limit, a
 //     throttle, when the host answers other requests (capacityWindow) and

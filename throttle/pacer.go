@@ -218,6 +218,9 @@ type adaptivePacer struct {
 	closedAt     time.Time
 	servedFrom   time.Time
 	closedServed int
+	// closedIdle is the time since closedAt that the pace had nothing to
+	// release at its slots.
+	closedIdle time.Duration
 	// refusedRun counts the throttles in a row, since the last success,
 	// met within that wait by releases sent after its decrease: a server
 	// that refuses every one is closed, not slow.
@@ -358,9 +361,7 @@ func (p *adaptivePacer) sent(now time.Time) {
 		// a time, a second apart, to the 20/s its fits read.
 		if unused := now.Sub(p.next(now)) - catchUp; unused > 0 {
 			p.idle += unused
-			// What the closure served so far was what it was sent: its
-			// budget's callers were busy elsewhere (doc.go, 5.).
-			p.closedServed = 0
+			p.closedIdle += unused
 		}
 	}
 	r := p.rateAt(now)
@@ -628,7 +629,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		} else {
 			p.closed, p.closedFloor, p.closedRead = end, max(floor, p.rateAt(sent)/2), read
 			p.closedWait = end.Sub(now)
-			p.closedAt, p.closedServed = now, 0
+			p.closedAt, p.closedServed, p.closedIdle = now, 0, 0
 			p.refusedRun = 0
 		}
 		p.start, p.idle = now, 0
@@ -646,16 +647,18 @@ const minServed = 8
 // servedRate returns the rate at which the server served the releases
 // sent since the closure's first success, up to sent, and whether
 // enough were served to tell it. The first success's token refilled
-// before it, so it counts for no time. The count starts again whenever
-// the pace had nothing to release at a slot: served what it was sent, a
-// budget whose callers are busy elsewhere says nothing of the server's
-// rate (a mailbox of 20/s, idle for two thirds of its closure, was
-// served 13-15/s over the whole of it, and the pace fell there for the
-// curve's span: bench scenario (e), 1.7x its limit in one run in five on
-// loopback).
+// before it, so it counts for no time. Time the pace had nothing to
+// release at its slots counts, as it refilled the server's bucket, but
+// a bucket smaller than that refill lost the rest: what it served may
+// be under its rate by the share of the span the pace stood idle, and it
+// tells the rate only while that share is under what a backoff gives up.
+// A mailbox of 20/s, its callers busy with other budgets for two thirds
+// of its closure, was served 13-15/s over the whole of it, and the pace
+// stayed there for the curve's span (bench scenario (e), 1.6x-3.7x of
+// the limit in a third of the runs on loopback).
 func (p *adaptivePacer) servedRate(sent time.Time) (float64, bool) {
 	span := sent.Sub(p.servedFrom).Seconds()
-	if p.closedServed < minServed || span <= 0 {
+	if p.closedServed < minServed || span <= 0 || p.closedIdle.Seconds() > (1-backoff)*span {
 		return 0, false
 	}
 	return float64(p.closedServed-1) / span, true

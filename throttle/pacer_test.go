@@ -493,7 +493,8 @@ func TestPacerBacksOffWithinAReadClosure(t *testing.T) {
 // falls to it. A server that serves faster than the floor keeps it. A
 // budget whose callers are busy elsewhere half the time is served what
 // it sends: counted over the whole closure, what the server served read
-// 96/s, under its rate, and the pace fell there.
+// 96/s, under its 110/s, and the pace fell there; idle half the time,
+// the count tells nothing.
 func TestPacerClosureYieldsToTheServedRate(t *testing.T) {
 	tests := []struct {
 		name          string
