@@ -36,10 +36,13 @@
 //     throttle goes to the widest node n segments below the root whose
 //     distinct children had a throttle within spreadWindow reach 5-n (at
 //     least minSpread) while throttles are at least minThrottleShare of
-//     its recent answers (a few locked items among many served ones are
-//     not an overrun budget); where two children are enough, that share
-//     must be beyond chance (overrunChance: two locked items among a
-//     drive's first ten answers are a draw, not evidence). The host is
+//     its answers since its first throttle (a few locked items among
+//     many served ones are not an overrun budget; the wave served before
+//     is the burst every budget serves before it throttles, and counted
+//     it let 200 workers send a hundred refusals into HAProxy's window of
+//     400); where two children are enough, that share, counted with the
+//     answers before, must be beyond chance (overrunChance: two locked
+//     items among a drive's first ten answers are a draw, not evidence). The host is
 //     n = 0 and its children are its APIs: five throttled APIs make the
 //     host one budget; four throttled users make the users API one.
 //     Requests to one item throttled together (sent before its last

@@ -148,12 +148,21 @@ type mark struct {
 // there to count.
 func (n *node) overrun(before *waveCount) bool {
 	thr := n.throttles.cur.Load() + n.throttles.prev.Load()
-	ok := n.successes.cur.Load() + n.successes.prev.Load() + before.cur.Load() + before.prev.Load()
+	ok := n.successes.cur.Load() + n.successes.prev.Load()
 	if need(n.depth) > minSpread {
 		// Three or more distinct throttled children are evidence enough
-		// of their number; the share guards against locked items alone.
+		// of their number; the share guards against locked items alone,
+		// which throttle a few of the answers after the first throttle
+		// as they did before it. The wave before it is left out: every
+		// budget serves its burst before it throttles, and counted, a
+		// burst of 400 (HAProxy's window) let the workers send 100
+		// refusals before anything was held.
 		return float64(thr) >= minThrottleShare*float64(thr+ok)
 	}
+	// Two children are thin evidence: the answers before them count
+	// too, as the draw two locked items among a drive's first ten
+	// answers would be.
+	ok += before.cur.Load() + before.prev.Load()
 	return atLeastChance(int(thr+ok), int(thr), minThrottleShare) < overrunChance
 }
 

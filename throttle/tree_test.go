@@ -637,21 +637,29 @@ func TestPruneKeepsNewest(t *testing.T) {
 
 // TestOverrunBeyondChance checks when a node's share of throttles makes it
 // an overrun budget: a fifth of its answers where three or more throttled
-// children are needed anyway, and beyond chance where two are (a drive's
-// few locked items among its first answers are a draw).
+// children are needed anyway, counted since the node's first throttle,
+// and beyond chance where two are, counted with the host's wave before it
+// (a drive's few locked items among its first answers are a draw).
 func TestOverrunBeyondChance(t *testing.T) {
 	tests := []struct {
 		name           string
 		depth          int
 		throttles, oks int
-		want           bool
+		// wave is the host's successes before its first throttle.
+		wave int
+		want bool
 	}{
-		{"an API, a fifth throttled", 1, 4, 16, true},
-		{"an API, under a fifth", 1, 4, 17, false},
-		{"items, two throttled and nothing served", 3, 2, 0, true},
-		{"items, two locked among ten answers", 3, 2, 8, false},
-		{"items, half of forty throttled", 3, 20, 20, true},
-		{"items, a fifth of forty throttled", 3, 8, 32, false},
+		{"an API, a fifth throttled", 1, 4, 16, 0, true},
+		{"an API, under a fifth", 1, 4, 17, 0, false},
+		// HAProxy's window let a wave of 400 through: counted, the API
+		// waited for 100 refusals before it held anything.
+		{"an API overrun after a wave served", 1, 4, 0, 400, true},
+		{"an API, a few throttles among its own answers after a wave", 1, 4, 17, 400, false},
+		{"items, two throttled and nothing served", 3, 2, 0, 0, true},
+		{"items, two locked among ten answers", 3, 2, 8, 0, false},
+		{"items, two locked after eight served before", 3, 2, 0, 8, false},
+		{"items, half of forty throttled", 3, 20, 20, 0, true},
+		{"items, a fifth of forty throttled", 3, 8, 32, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -662,7 +670,11 @@ func TestOverrunBeyondChance(t *testing.T) {
 			for range tt.oks {
 				n.successes.add(t0)
 			}
-			assert.Equal(t, tt.want, n.overrun(&waveCount{}))
+			var wave waveCount
+			for range tt.wave {
+				wave.add(t0)
+			}
+			assert.Equal(t, tt.want, n.overrun(&wave))
 		})
 	}
 }
