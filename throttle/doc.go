@@ -42,9 +42,10 @@
 //     it let 200 workers send a hundred refusals into HAProxy's window of
 //     400); where two children are enough, that share, counted with the
 //     answers before, must be beyond chance (overrunChance: two locked
-//     items among a drive's first ten answers are a draw, not evidence). The host is
-//     n = 0 and its children are its APIs: five throttled APIs make the
-//     host one budget; four throttled users make the users API one.
+//     items among a drive's first ten answers are a draw, not evidence).
+//     The host is n = 0 and its children are its APIs: five throttled
+//     APIs make the host one budget; four throttled users make the users
+//     API one.
 //     Requests to one item throttled together (sent before its last
 //     throttle came back) make the item a budget of its own (a mailbox,
 //     one collection's POSTs), cut out of its parent: its throttles count
