@@ -143,7 +143,7 @@ type mark struct {
 // overrun reports whether throttles are at least minThrottleShare of the
 // answers below n in the current and the previous second; where two
 // throttled children make n a budget (deep nodes, the 5-n rule's
-// minSpread), beyond chance (overrunChance). before counts the
+// minSpread), beyond chance (overrunChance), counting too before, the
 // host's successes from before its first throttle, which no node was
 // there to count.
 func (n *node) overrun(before *waveCount) bool {
