@@ -121,15 +121,18 @@ func limiterShapes() []limiterShape {
 		}, flapping: throttletest.Flapping{Down: 5 * time.Second, Up: 5 * time.Second},
 			limit: 9900 * time.Millisecond, mostAttempts: 1.25, mostOver: 2.0},
 		// The windows' POSTs: the pace stops while the window is shut
-		// rather than send into it (1.04 attempts a request, against 1.10),
-		// and when it opens releases the second quota at half the rate
-		// that closed it rather than all at once: 1.08x, against 1.06x.
+		// rather than send into it (1.04 attempts a request, against 1.10).
+		// When it opens, a wait far longer than the curve's rate takes to
+		// refill the first wave reopens the pace whole: 1.01x-1.02x. On
+		// the curve, it released the second quota at the rate that closed
+		// it, and probes sent anywhere in the window were held up to a
+		// second past its opening: 1.05x-1.08x.
 		{name: "fixed window of 1000 per 10 s", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.FixedWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
-		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.1},
+		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.05},
 		{name: "sliding window of 1000 per 10 s", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.SlidingWindowLimiter(throttletest.Window{Quota: 1000, Per: 10 * time.Second}))
-		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.1},
+		}, limit: 10 * time.Second, mostAttempts: 1.12, mostOver: 1.05},
 		{name: "rate halving at 1/3 and restoring at 2/3", rule: func() throttletest.Rule {
 			return shapeRule(throttletest.ScheduledBucketLimiter(bucket,
 				throttletest.RateStep{After: rateChange / 3, Rate: rate / 2}, throttletest.RateStep{After: 2 * rateChange / 3, Rate: rate}))

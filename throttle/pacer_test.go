@@ -639,6 +639,136 @@ func TestPacerShutWhileClosed(t *testing.T) {
 	}
 }
 
+// shutPacer returns a steady pacer whose decrease named wait, after a
+// first wave of burst successes, and that two refusals since shut: its
+// closure ends at closed.
+func shutPacer(t *testing.T, burst int, wait time.Duration) (p *adaptivePacer, closed time.Time) {
+	t.Helper()
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	p = newAdaptivePacer(t0)
+	p.settle(burst, t0)
+	p.throttled(ms(0), ms(1), ms(1).Add(wait))
+	for i := range 20 {
+		p.sent(ms(10 + i))
+	}
+	p.throttled(ms(25), ms(26), ms(26).Add(wait))
+	require.Equal(t, pacerSteady, p.state)
+	closed = ms(26).Add(wait)
+	p.sent(ms(40))
+	p.throttled(ms(40), ms(41), closed)
+	p.sent(ms(50))
+	p.throttled(ms(50), ms(51), closed)
+	require.True(t, p.shut(ms(60)), "shut")
+	return p, closed
+}
+
+// A shut pace probes a shutProbes-th of its wait apart. Probes a second or
+// more apart fall at whole seconds before the closure's end: a server that
+// names its opening in whole seconds, rounded up, then holds a refused
+// probe's request to the closure's end, not past it.
+func TestPacerProbesEndWithTheClosure(t *testing.T) {
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	tests := []struct {
+		name    string
+		wait    time.Duration // the wait the closure's decrease named
+		spacing time.Duration
+		phased  bool // at whole spacings before the closure's end
+	}{
+		{"a wait of a second: eighths of it", time.Second, 125 * time.Millisecond, false},
+		{"a wait of 10 s: whole seconds", 10 * time.Second, time.Second, true},
+		{"a wait of 20 s: whole seconds", 20 * time.Second, 2 * time.Second, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, closed := shutPacer(t, 100, tt.wait)
+			now := ms(60)
+			for range 3 {
+				probe := p.next(now)
+				require.True(t, probe.Before(closed), "a probe within the closure: next %v", probe.Sub(t0))
+				late := probe.Add(time.Microsecond)
+				assert.Equal(t, late, p.next(late), "a wake-up a little late still sends it")
+				// The server names a wait rounded up to whole seconds to an
+				// opening just before the closure's end.
+				named := (closed.Sub(probe) - time.Millisecond + time.Second - 1).Truncate(time.Second)
+				if tt.phased {
+					assert.Zero(t, closed.Sub(probe)%tt.spacing, "a whole %v before the closure's end: %v", tt.spacing, closed.Sub(probe))
+					assert.False(t, probe.Add(named).After(closed), "its request held to the closure's end, no later")
+				}
+				p.sent(probe)
+				p.throttled(probe, probe.Add(time.Millisecond), probe.Add(named))
+				assert.Greater(t, p.next(probe.Add(2*time.Millisecond)).Sub(probe), tt.spacing/2, "one probe a spacing")
+				now = probe.Add(2 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// A pace shut through a closure whose wait is far longer than the server
+// takes to refill its first wave at the curve's rate (a fixed window)
+// reopens when the wait is over by doubling from where its curve stood,
+// every reopenDoubling, so that it takes the window's quota at once. A
+// refusal of any of the reopening's releases ends it, back on the curve
+// with no decrease: the quota is spent. It ends, too, once it released the
+// first wave's successes, what the server ever let through at once. A
+// wait the curve refills within (a bucket, a sliding window), or a pace
+// served within its wait, reopens on the curve.
+func TestPacerReopensAfterAShutClosure(t *testing.T) {
+	tests := []struct {
+		name     string
+		burst    int           // the first wave's successes
+		wait     time.Duration // the wait the decrease named
+		servedIn bool          // a probe within the wait was served: not shut
+		releases int           // the reopening's releases, all served
+		refused  int           // of them, the one refused, from 1; 0: none
+		reopen   bool          // doubling after them
+	}{
+		{name: "a fixed window's wait", burst: 100, wait: 10 * time.Second, releases: 3, reopen: true},
+		{name: "as many as the first wave", burst: 100, wait: 10 * time.Second, releases: 100},
+		{name: "a release refused", burst: 100, wait: 10 * time.Second, releases: 3, refused: 3},
+		{name: "refused once its count ran out", burst: 10, wait: 10 * time.Second, releases: 12, refused: 9},
+		{name: "a wait the curve refills within", burst: 100, wait: 200 * time.Millisecond, releases: 3},
+		{name: "served within the wait", burst: 100, wait: 10 * time.Second, servedIn: true, releases: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, closed := shutPacer(t, tt.burst, tt.wait)
+			if tt.servedIn {
+				probe := p.next(closed.Add(-tt.wait / 2))
+				p.sent(probe)
+				p.succeeded(probe, probe.Add(time.Millisecond))
+			}
+			base := p.base
+			now := later(p.next(closed), closed)
+			p.sent(now)
+			p.succeeded(now, now.Add(time.Millisecond))
+			curve, reopened := p.rateAt(now.Add(time.Millisecond)), p.reopened
+			var sent []time.Time
+			for range tt.releases {
+				now = p.next(now)
+				p.sent(now)
+				sent = append(sent, now)
+			}
+			for i, at := range sent {
+				if i+1 == tt.refused {
+					p.throttled(at, now.Add(time.Millisecond), now.Add(time.Second))
+					assert.Equal(t, base, p.base, "a reopening refused says nothing new of the rate")
+					continue
+				}
+				p.succeeded(at, now.Add(time.Millisecond))
+			}
+			after := now.Add(4 * reopenDoubling)
+			if tt.reopen {
+				require.False(t, reopened.IsZero(), "the first success after the wait reopens")
+				doublings := after.Sub(reopened).Seconds() / reopenDoubling.Seconds()
+				assert.InDelta(t, math.Exp2(doublings), p.rateAt(after)/curve, 0.01, "doubling every %v", reopenDoubling)
+				return
+			}
+			assert.Less(t, p.rateAt(after)/curve, 1.5, "on the curve")
+			assert.Equal(t, base, p.base, "no decrease")
+		})
+	}
+}
+
 // A steady pace's curve counts only the time it had something to release:
 // after a gap with nothing to release (an outage held the scope, or the
 // caller had no work), it resumes where it was, not at a probe that
