@@ -539,14 +539,18 @@ func (p *adaptivePacer) succeeded(sent, now time.Time) {
 		p.closedServed++
 	}
 	if p.state == pacerSteady && sent.After(p.reacted) {
-		reopens := p.refusedRun >= shutAfter && !sent.Before(p.closed)
-		refill := float64(max(p.burst, 1)) / p.rateAt(now)
+		wasShut := p.refusedRun >= shutAfter && !sent.Before(p.closed)
 		p.refusedRun = 0
 		p.idle += p.shutFor(now)
 		p.shutSince = time.Time{}
-		if reopens && p.closedWait.Seconds() > wholeOpening*refill {
-			p.reopenFrom, p.reopenLeft = p.rateAt(now), max(p.burst, 1)
-			p.reopened, p.reopenLast = now, now
+		if wasShut {
+			// A wait far longer than the curve's rate takes to refill
+			// the first wave is a window that opens whole.
+			curve, wave := p.rateAt(now), max(p.burst, 1)
+			if p.closedWait.Seconds() > wholeOpening*float64(wave)/curve {
+				p.reopenFrom, p.reopenLeft = curve, wave
+				p.reopened, p.reopenLast = now, now
+			}
 		}
 	}
 	if p.state != pacerCold && sent.Before(p.waveEnd) {
