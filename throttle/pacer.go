@@ -108,14 +108,6 @@ const (
 	// so that a server that reopens gradually refuses about one round
 	// trip's releases beyond its rate, a few, before the pace hears of it.
 	reopenDoubling = 2 * catchUp
-	// wholeOpening is how many times longer than the server takes to
-	// refill its first wave at the curve's rate a closure's wait must be
-	// for the pace to reopen whole (see reopened): a bucket or a sliding
-	// window refills at the rate the curve found, HAProxy's stick table
-	// counting its refusals within twice that; a fixed window of 1000 per
-	// 10 s, whose first wave the curve's 1760/s refills in 0.6 s, names
-	// waits of 10 s.
-	wholeOpening = 4
 	// maxRate bounds the rate, releases per second.
 	maxRate = 1e6
 )
@@ -244,14 +236,18 @@ type adaptivePacer struct {
 	// reopened: the curve stands still while it is shut, so that it is
 	// where the closure left it when the window opens.
 	shutSince time.Time
-	// reopened is when a pace shut until its closure's wait ended was
-	// first served after it (zero: not reopening), reopenFrom the curve's
-	// rate then, reopenLeft how many releases the reopening may still
-	// make, and reopenLast its last release. A window that named a wait
-	// far longer than it takes to refill at the curve's rate
-	// (wholeOpening) opens whole: a fixed one releases its quota at
-	// once, which the curve's rate, right for a bucket, spent 0.5-0.9 s
-	// releasing where every peer sent it at once. The pace doubles from
+	// closedNamed is whether a refused probe named the closure's end
+	// as its own, a wait shorter than the closure's by the time since:
+	// the server counts down to when its window opens, where a bucket,
+	// a sliding window or a proxy name the same wait at every refusal.
+	closedNamed bool
+	// reopened is when a pace shut until a closure the server named
+	// (closedNamed) was first served after it (zero: not reopening),
+	// reopenFrom the curve's rate then, reopenLeft how many releases the
+	// reopening may still make, and reopenLast its last release. A window
+	// that names its opening opens whole (a fixed one releases its quota
+	// at once), which the curve's rate, right for a bucket, spent 0.5-0.9
+	// s releasing where every peer sent it at once. The pace doubles from
 	// the curve's rate until the server refuses a release of the
 	// reopening, or it made as many as the first wave's successes (what
 	// the server ever let through at once); its refusals are the
@@ -539,18 +535,13 @@ func (p *adaptivePacer) succeeded(sent, now time.Time) {
 		p.closedServed++
 	}
 	if p.state == pacerSteady && sent.After(p.reacted) {
-		wasShut := p.refusedRun >= shutAfter && !sent.Before(p.closed)
+		opens := p.closedNamed && p.refusedRun >= shutAfter && !sent.Before(p.closed)
 		p.refusedRun = 0
 		p.idle += p.shutFor(now)
 		p.shutSince = time.Time{}
-		if wasShut {
-			// A wait far longer than the curve's rate takes to refill
-			// the first wave is a window that opens whole.
-			curve, wave := p.rateAt(now), max(p.burst, 1)
-			if p.closedWait.Seconds() > wholeOpening*float64(wave)/curve {
-				p.reopenFrom, p.reopenLeft = curve, wave
-				p.reopened, p.reopenLast = now, now
-			}
+		if opens {
+			p.reopenFrom, p.reopenLeft = p.rateAt(now), max(p.burst, 1)
+			p.reopened, p.reopenLast = now, now
 		}
 	}
 	if p.state != pacerCold && sent.Before(p.waveEnd) {
@@ -633,7 +624,11 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		}
 		if closing && p.shut(sent) {
 			// A probe of a shut pace, refused: the window is still
-			// closed, which says nothing new of its rate.
+			// closed, which says nothing new of its rate, but the wait
+			// may tell that it opens whole when it ends.
+			if !end.After(p.closed.Add(2*p.rtt+catchUp)) && end.Sub(now) < p.closedWait-catchUp {
+				p.closedNamed = true
+			}
 			p.refusedRun++
 			p.last = later(p.last, now)
 			return
@@ -711,6 +706,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 			p.closed, p.closedFloor, p.closedRead = end, max(floor, p.rateAt(sent)/2), read
 			p.closedWait = end.Sub(now)
 			p.closedAt, p.closedServed, p.closedIdle = now, 0, 0
+			p.closedNamed = false
 			p.refusedRun = 0
 		}
 		p.start, p.idle = now, 0

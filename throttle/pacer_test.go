@@ -703,39 +703,54 @@ func TestPacerProbesEndWithTheClosure(t *testing.T) {
 	}
 }
 
-// A pace shut through a closure whose wait is far longer than the server
-// takes to refill its first wave at the curve's rate (a fixed window)
-// reopens when the wait is over by doubling from where its curve stood,
-// every reopenDoubling, so that it takes the window's quota at once. A
-// refusal of any of the reopening's releases ends it, back on the curve
-// with no decrease: the quota is spent. It ends, too, once it released the
-// first wave's successes, what the server ever let through at once. A
-// wait the curve refills within (a bucket, a sliding window), or a pace
-// served within its wait, reopens on the curve.
+// A pace shut through a closure whose end the server named as its opening
+// (a refused probe's wait counted down to it: a fixed window) reopens when
+// the wait is over by doubling from where its curve stood, every
+// reopenDoubling, so that it takes the window's quota at once. A refusal
+// of any of the reopening's releases ends it, back on the curve with no
+// decrease: the quota is spent. It ends, too, once it released the first
+// wave's successes, what the server ever let through at once. A server
+// that names the same wait at every refusal (a bucket, a sliding window,
+// a proxy), or a pace served within its wait, reopens on the curve.
 func TestPacerReopensAfterAShutClosure(t *testing.T) {
+	const (
+		none     = iota
+		named    // a probe refused with a wait to the closure's end
+		constant // a probe refused with the closure's whole wait again
+		served   // a probe served
+	)
 	tests := []struct {
 		name     string
-		burst    int           // the first wave's successes
-		wait     time.Duration // the wait the decrease named
-		servedIn bool          // a probe within the wait was served: not shut
-		releases int           // the reopening's releases, all served
-		refused  int           // of them, the one refused, from 1; 0: none
-		reopen   bool          // doubling after them
+		burst    int // the first wave's successes
+		probe    int
+		releases int  // the reopening's releases, all served
+		refused  int  // of them, the one refused, from 1; 0: none
+		reopen   bool // doubling after them
 	}{
-		{name: "a fixed window's wait", burst: 100, wait: 10 * time.Second, releases: 3, reopen: true},
-		{name: "as many as the first wave", burst: 100, wait: 10 * time.Second, releases: 100},
-		{name: "a release refused", burst: 100, wait: 10 * time.Second, releases: 3, refused: 3},
-		{name: "refused once its count ran out", burst: 10, wait: 10 * time.Second, releases: 12, refused: 9},
-		{name: "a wait the curve refills within", burst: 100, wait: 200 * time.Millisecond, releases: 3},
-		{name: "served within the wait", burst: 100, wait: 10 * time.Second, servedIn: true, releases: 3},
+		{name: "a window that named its opening", burst: 100, probe: named, releases: 3, reopen: true},
+		{name: "as many as the first wave", burst: 100, probe: named, releases: 100},
+		{name: "a release refused", burst: 100, probe: named, releases: 3, refused: 3},
+		{name: "refused once its count ran out", burst: 10, probe: named, releases: 12, refused: 9},
+		{name: "the same wait at every refusal", burst: 100, probe: constant, releases: 3},
+		{name: "no probe refused", burst: 100, probe: none, releases: 3},
+		{name: "served within the wait", burst: 100, probe: served, releases: 3},
 	}
+	const wait = 10 * time.Second
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, closed := shutPacer(t, tt.burst, tt.wait)
-			if tt.servedIn {
-				probe := p.next(closed.Add(-tt.wait / 2))
+			p, closed := shutPacer(t, tt.burst, wait)
+			if tt.probe != none {
+				probe := p.next(closed.Add(-wait / 2))
 				p.sent(probe)
-				p.succeeded(probe, probe.Add(time.Millisecond))
+				answered := probe.Add(time.Millisecond)
+				switch tt.probe {
+				case named:
+					p.throttled(probe, answered, closed)
+				case constant:
+					p.throttled(probe, answered, answered.Add(wait))
+				case served:
+					p.succeeded(probe, answered)
+				}
 			}
 			base := p.base
 			now := later(p.next(closed), closed)
