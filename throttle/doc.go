@@ -131,17 +131,17 @@
 //     nothing served since, the pace stays shut, the closure extended to
 //     the new wait. Probes a second or more apart fall at whole seconds
 //     before the closure's end, so that a server naming its opening in
-//     whole seconds holds a refused probe to that end, not up to a second
-//     past it. A success
-//     reopens the pace. A wait that was far longer than the server takes
-//     to refill its first wave at the curve's rate (wholeOpening times)
-//     is a window that opens whole (a fixed one): reopened once the wait
-//     is over, the pace doubles from where its curve stood every two
-//     round trips (reopenDoubling at least) until the server refuses a
-//     release of the reopening, or it released the first wave's
-//     successes, and so takes the window's quota at once; the curve then
-//     goes on where it stood, the reopening's refusals no decrease. A
-//     bucket or a sliding window, which refills at the curve's rate,
+//     whole seconds holds a refused probe to that end, not up to a
+//     second past it. A success reopens the pace. A window whose refused
+//     probe was told to wait to the closure's end, a wait shorter than
+//     the closure's by the time since, names its opening (a fixed
+//     window) and opens whole: reopened once the wait is over, the pace
+//     doubles from where its curve stood every two round trips
+//     (reopenDoubling at least) until the server refuses a release of
+//     the reopening, or it released the first wave's successes, and so
+//     takes the window's quota at once; the curve then goes on where it
+//     stood, the reopening's refusals no decrease. A bucket, a sliding
+//     window or a proxy names the same wait at every refusal, and
 //     reopens on the curve. A server that serves some releases while it
 //     refuses others within the wait is not closed but slower than the
 //     pace: once it served minServed of them, the pace falls to the rate
