@@ -102,7 +102,7 @@ const (
 	// stopped for, at most.
 	shutProbes = 8
 	// reopenDoubling is how often, at the least, the rate doubles while
-	// a pace that was shut through a closure reopens (see reopen): twice
+	// a pace that was shut through a closure reopens (see reopened): twice
 	// the timer slack catchUp absorbs, finer than which a release's slot
 	// means little. It doubles no more often than every two round trips,
 	// so that a server that reopens gradually refuses about one round
