@@ -264,10 +264,19 @@ func (q *Queue) relearn(old pacer, now time.Time) pacer {
 	return p
 }
 
-// share makes n the budget of its requests, when it is not yet.
+// share makes n the budget of its requests, when it is not yet, and
+// hands it the holds of the throttles it formed from (handOver).
 func (q *Queue) share(s *hostState, n *node, now time.Time) {
+	if q.form(s, n, now) {
+		q.handOver(s, n, now)
+	}
+}
+
+// form makes n the budget of its requests and reports whether it was
+// not one yet.
+func (q *Queue) form(s *hostState, n *node, now time.Time) bool {
 	if n.shared && n.pacer != nil {
-		return
+		return false
 	}
 	n.share(now, q.newPacer)
 	// Widening: budgets below it were the same budget seen through fewer
@@ -315,7 +324,7 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 			ap.settle(wave-ap.burst, waveStart)
 		}
 		n.pacer = learned
-		return
+		return true
 	}
 	// The host's successes before its first throttle were counted
 	// without the lock: the first budget of the host takes them as what
@@ -333,7 +342,7 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 	}
 	if w.n > 0 {
 		settleWave(n.pacer, w)
-		return
+		return true
 	}
 	// A wider budget formed in the same wave took them: the wave was this
 	// budget's as much as its, and cut out of it now, this one takes what
@@ -343,17 +352,57 @@ func (q *Queue) share(s *hostState, n *node, now time.Time) {
 		if a := s.nodes[k]; a != nil && a.shared && a.pacer != nil && a.budget.live(now, q.recovery) && now.Sub(a.since) < spreadWindow {
 			n.pacer, n.since, n.named = a.pacer, a.since, n.named || a.named
 			a.pacer = q.newPacer(now)
-			return
+			return true
 		}
 	}
 	// The host's first budget formed in another API: this one takes what
 	// the server let through to its own.
 	if api == "" {
-		return
+		return true
 	}
 	if w, _ := s.takeAPI(api, now); w.n > 0 {
 		settleWave(n.pacer, w)
 	}
+	return true
+}
+
+// handOver ends the holds of the targets below n, a budget from now on,
+// that throttles of the spread it formed from set: those throttles were
+// its own, counted before the evidence placed them, and what they held
+// goes through its pace, as a throttle placed at once holds only its
+// own request. Behind nginx's zones, whose bare 429s hold a target for
+// the retry policy's 3 s, the first wave's holds on 50 ids kept every
+// later request to them waiting as long, and with them every worker
+// of the run: nothing was sent for a second, and the run took 2.3x its
+// limit. A target locked by its own throttles (strikes) stays held.
+func (q *Queue) handOver(s *hostState, n *node, now time.Time) {
+	ended := false
+	for path, e := range s.paths {
+		if e.end.After(now) && e.strikes == 0 && now.Sub(e.at) < spreadWindow && q.under(path, n.key) {
+			e.end, ended = time.Time{}, true
+		}
+	}
+	if !ended {
+		return
+	}
+	for url, e := range s.urls {
+		path, _, _ := strings.Cut(url, "?")
+		if p := s.paths[path]; p != nil && p.end.IsZero() && e.end.After(now) && q.under(path, n.key) {
+			e.end = time.Time{}
+		}
+	}
+	// Their requests wait in n's queue, or in their items' own.
+	for _, m := range s.nodes {
+		if m == n || below(m.key, n.key) {
+			m.waiters.wakeAll()
+		}
+	}
+}
+
+// under reports whether path's node is key's or below it.
+func (q *Queue) under(path, key string) bool {
+	k := strings.Join(q.segments(path), "/")
+	return k == key || below(k, key)
 }
 
 // settleWave gives p the successes of the wave w counted.

@@ -124,6 +124,87 @@ func TestThrottlesTogetherMakeAnItemABudget(t *testing.T) {
 	assert.True(t, st.held(post).IsZero(), "its pace governs it now")
 }
 
+// TestBudgetTakesOverItsSpreadsHolds checks that the throttles a budget
+// formed from stop holding their targets once it forms: they were its
+// own, and their targets go through its pace. A target throttled before
+// the spread window, or locked by its own throttles, stays held.
+func TestBudgetTakesOverItsSpreadsHolds(t *testing.T) {
+	ms := time.Millisecond
+	end := t0.Add(10 * time.Second)
+	tests := []struct {
+		name    string
+		before  []string // throttled 2 s before the spread, until end
+		spread  []string // throttled within the spread window, until end
+		probe   string
+		held    bool // until end
+		strikes int  // the probe's path's strikes before the spread
+	}{
+		{"the first throttles of the spread", nil, []string{"a", "b", "c", "d"}, "a", false, 0},
+		{"its last", nil, []string{"a", "b", "c", "d"}, "d", false, 0},
+		{"three make no budget and hold on", nil, []string{"a", "b", "c"}, "a", true, 0},
+		{"a throttle before the spread holds on", []string{"z"}, []string{"a", "b", "c", "d"}, "z", true, 0},
+		{"a locked item holds on", nil, []string{"a", "b", "c", "d"}, "a", true, lockedStrikes},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := New(clocktest.New(t0), options.QueueOptions{})
+			url := func(id string) string { return graph + "/v1.0/users/" + id }
+			at := t0
+			for _, id := range tt.before {
+				q.throttleTarget(targetOf(t, url(id)), at, at.Add(ms), end)
+			}
+			at = at.Add(2 * time.Second)
+			for i, id := range tt.spread {
+				if i == 0 && tt.strikes > 0 {
+					q.throttleTarget(targetOf(t, url(id)), at, at.Add(ms), at.Add(ms))
+					st := q.state("graph.test", false, time.Time{})
+					st.mu.Lock()
+					st.paths["/v1.0/users/"+id].strikes = tt.strikes
+					st.mu.Unlock()
+				}
+				q.throttleTarget(targetOf(t, url(id)), at, at.Add(ms), end)
+				at = at.Add(10 * ms)
+			}
+			tg := targetOf(t, url(tt.probe))
+			st := q.state(tg.host, false, time.Time{})
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			assert.Equal(t, tt.held, st.held(tg).Equal(end))
+		})
+	}
+}
+
+// TestHeldRequestGoesWithItsBudget checks that a request waiting out a
+// throttle of its URL goes through the pace of the budget that throttle
+// turns out to be part of, not at the end of the time the throttle held
+// it for: behind nginx's bare 429s, that time is the retry policy's 3 s.
+func TestHeldRequestGoesWithItsBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New(options.SystemClock(), options.QueueOptions{})
+		const hold = 3 * time.Second
+		req := func(id string) *http.Request {
+			r, _ := http.NewRequest(http.MethodGet, graph+"/v1.0/sites/"+id, nil)
+			return r
+		}
+		for _, id := range []string{"a", "b", "c"} {
+			q.Report(req(id), q.Bypass(time.Now()), Throttled, hold, nil, time.Now)
+		}
+		start := time.Now()
+		done := make(chan error)
+		go func() {
+			p, err := q.Admit(context.Background(), req("a"), time.Time{}, time.Time{}, nil)
+			if err == nil {
+				q.Report(req("a"), p, Succeeded, 0, nil, time.Now)
+			}
+			done <- err
+		}()
+		synctest.Wait()
+		q.Report(req("d"), q.Bypass(time.Now()), Throttled, hold, nil, time.Now)
+		require.NoError(t, <-done)
+		assert.Less(t, time.Since(start), hold/2, "released by the budget's pace")
+	})
+}
+
 // TestPacedRefusalsAreNoStrikes checks that an item is locked only by
 // throttles of requests that waited out its previous wait: a budget's
 // paced releases refused within a bare 429's 3 s wait (a zone of nginx

@@ -210,6 +210,14 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 				s.mu.Unlock()
 				return Pass{}, &HoldError{Until: until}
 			}
+			if !e.Equal(w.eligible) {
+				// Its hold moved (handOver): its place in the queue too.
+				w.eligible = e
+				heap.Fix(&n.waiters, w.index)
+				if n.waiters[0] == w {
+					continue
+				}
+			}
 			s.mu.Unlock()
 			held(now, now.Add(time.Nanosecond))
 			d := time.Duration(-1)
