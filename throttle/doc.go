@@ -92,7 +92,9 @@
 //     is longer) and fits nothing while no success has come back (the
 //     server may still be serving the wave: a concurrency limit refuses
 //     at once what it serves slowly), a fit of the server's
-//     token bucket at the first throttle, then a CUBIC-like curve that
+//     token bucket at the first throttle (the middle of the rates at which
+//     the bucket holds the last release before the throttled one and the
+//     throttled one: the server's lies between), then a CUBIC-like curve that
 //     probes above it; the curve counts only time with something to
 //     release, so a pace idle through an outage resumes where it was; a
 //     probe whose throttle fits no more than the rate it set out from

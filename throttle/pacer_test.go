@@ -236,6 +236,11 @@ func TestAdaptivePacerFit(t *testing.T) {
 		{5000, 40, 5 * ms, 0, 0, 0},
 		{400, 1, 0, 0, 0, 0},
 		{400, 1, 50 * ms, 0, 0, 0},
+		// nginx's small zones (a burst of b lets b+1 through at once): a
+		// dozen releases a token apart bracket the rate widely, and the
+		// top of the bracket read 5 %-19 % high.
+		{40, 5, 5 * ms, 0, 0, 1.03},
+		{20, 3, 1 * ms, 20 * ms, 0, 1.08},
 	}
 	for _, tt := range tests {
 		for _, held := range []bool{false, true} {
