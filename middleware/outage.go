@@ -137,7 +137,7 @@ func hostOutcome(resp *http.Response, err error, o throttle.Outcome) outage.Outc
 func (r *run) handsBack(o throttle.Outcome) bool {
 	switch r.opts.HandBack {
 	case options.HandBackThrottles:
-		return o == throttle.Throttled
+		return throttled(o)
 	case options.HandBackAll:
 		return true
 	}

@@ -251,7 +251,7 @@ func (r *run) attempts(ctx context.Context) (*http.Response, error) {
 		}
 		r.reportHost(hostOutcome(resp, err, outcome), delay)
 		// Items of a batch answered one by one are throttles, not failures.
-		r.afterFailure = outcome != throttle.Throttled && !r.batch.answeredByItems()
+		r.afterFailure = !throttled(outcome) && !r.batch.answeredByItems()
 		if stop == "" && r.handsBack(outcome) {
 			stop = r.handBackAnswer(ctx, resp, ans.back.now(), delay)
 		}
@@ -457,8 +457,10 @@ func namesItsWait(status int) bool {
 // here and only here; the header is parsed once, by the caller.
 func verdict(status int, wait time.Duration, named bool) (o throttle.Outcome, hold time.Duration, policyHold bool) {
 	switch {
+	case status == http.StatusTooManyRequests && named:
+		return throttle.Throttled, wait, false
 	case status == http.StatusTooManyRequests:
-		return throttle.Throttled, wait, !named
+		return throttle.ThrottledNoWait, 0, true
 	case status == http.StatusServiceUnavailable, status == http.StatusGatewayTimeout:
 		if named {
 			return throttle.Throttled, wait, false
@@ -470,6 +472,11 @@ func verdict(status int, wait time.Duration, named bool) (o throttle.Outcome, ho
 		return throttle.Succeeded, 0, false
 	}
 	return throttle.Failed, 0, false
+}
+
+// throttled reports whether the queue reads an answer as o as a throttle.
+func throttled(o throttle.Outcome) bool {
+	return o == throttle.Throttled || o == throttle.ThrottledNoWait
 }
 
 // classify is how the queue takes an answer with status, an attempt's
@@ -497,7 +504,7 @@ func classify(q *throttle.Queue, req *http.Request, pass *throttle.Pass, status 
 		// gate too: the host is answering. Otherwise, an outage or a
 		// server failing at random: nothing to learn a pace from, and
 		// no hold to ask the policy for.
-		byPolicy = outcome == throttle.Throttled
+		byPolicy = throttled(outcome)
 	}
 	if byPolicy && q != nil {
 		hold = policyHold(pass.Paced())

@@ -27,7 +27,7 @@ func TestVerdict(t *testing.T) {
 		{"a success", http.StatusOK, 0, false, throttle.Succeeded, 0, false},
 		{"a client error", http.StatusNotFound, 0, false, throttle.Succeeded, 0, false},
 		{"a 429 naming its wait", http.StatusTooManyRequests, 3 * time.Second, true, throttle.Throttled, 3 * time.Second, false},
-		{"a bare 429 holds for the policy's delay", http.StatusTooManyRequests, 0, false, throttle.Throttled, 0, true},
+		{"a bare 429 names no wait: the policy's delay is the retry's", http.StatusTooManyRequests, 0, false, throttle.ThrottledNoWait, 0, true},
 		{"a 503 naming its wait", http.StatusServiceUnavailable, time.Second, true, throttle.Throttled, time.Second, false},
 		{"a bare 503 is for the queue to judge", http.StatusServiceUnavailable, 0, false, throttle.Unavailable, 0, true},
 		{"a 504 naming its wait", http.StatusGatewayTimeout, time.Second, true, throttle.Throttled, time.Second, false},
@@ -101,7 +101,7 @@ func TestClassifyWithTheQueueOff(t *testing.T) {
 	}{
 		{"a success is not parsed", http.StatusOK, 0, throttle.Succeeded, 0, false},
 		{"a 429 holds what it names", http.StatusTooManyRequests, 2 * time.Second, throttle.Throttled, 2 * time.Second, true},
-		{"a bare 429 holds nothing without a queue", http.StatusTooManyRequests, 0, throttle.Throttled, 0, true},
+		{"a bare 429 holds nothing without a queue", http.StatusTooManyRequests, 0, throttle.ThrottledNoWait, 0, true},
 		{"a bare 503 is a failure without a queue", http.StatusServiceUnavailable, 0, throttle.Failed, 0, true},
 		{"a 500 is not parsed", http.StatusInternalServerError, 0, throttle.Failed, 0, false},
 	}

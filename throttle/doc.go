@@ -25,11 +25,18 @@
 // the requests waiting for it. Only nodes with evidence exist.
 //
 //  1. The server's word. A throttle holds exactly what it named (its URL
-//     and path) for the whole time it named: its Retry-After, or for a
-//     429 without one the policy's delay, which does not step up when a
-//     budget's pace let the attempt go ([Pass.Paced]: the throttle is the
-//     pace's overshoot, and the pace slows for it). Nothing else is held
-//     for it.
+//     and path) for the whole time it named: its Retry-After. Nothing
+//     else is held for it. A throttle that names no wait ([ThrottledNoWait],
+//     or a 503 read as a capacity limit, 6.) names no time to hold
+//     anything for: its own request waits the policy's delay, which does
+//     not step up when a budget's pace let the attempt go ([Pass.Paced]:
+//     the throttle is the pace's overshoot, and the pace slows for it),
+//     and its target's other requests go at the pace of the budget the
+//     evidence places it in, its item's own when none wider (unnamed).
+//     Held for the policy's delay instead, the one URL of nginx's 40/s
+//     zone, refused once in the first wave, was sent nothing for 3 s and
+//     then everything at once. An item that refuses every request is
+//     locked (3.) and held by its throttles, as any.
 //     [Queue.HeldUntil] tells a caller that would rather not wait it out
 //     (one with no retries to spend) until when it runs.
 //  2. The first guess is the seed's 5-n rule, counted in children: a
@@ -105,7 +112,11 @@
 //     else the widest budget of their path. A throttle of a
 //     request its budget released slows the pace and holds only that
 //     request, which waits out its own Retry-After; an item's hold ends
-//     through its pace once the item turns out to be a budget.
+//     through its pace once the item turns out to be a budget, and so do
+//     the holds of the throttles a budget formed from (2.), which were its
+//     own before the evidence placed them: behind nginx's zones, whose bare
+//     429s hold a target for the policy's 3 s, the first wave's holds on 50
+//     ids kept every worker of a run waiting on them for a second.
 //     A budget carved in the first wave out of a wider one formed in the
 //     same wave takes the wave the wider one counted. A throttle met while
 //     the wait named by the throttle of the pacer's last decrease still
@@ -167,9 +178,7 @@
 //     Most alone misses a first wave sent over a few hundred milliseconds,
 //     which the limiter half serves; its refusals, read as failures,
 //     taught no pace, and the host never became one the queue paces. Once
-//     the host has throttled, its budgets read its refusals: a run of an
-//     unpaced request's refusals taken for throttles would hold its URL
-//     for the policy's delay. Otherwise it is an outage or a server
+//     the host has throttled, its budgets read its refusals. Otherwise it is an outage or a server
 //     failing some requests at random, which teaches no pace; the outage
 //     gate counts it as a failure. A budget the server once throttled by
 //     name (a 429, or a Retry-After) takes its bare 503s for failures

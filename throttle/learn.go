@@ -75,6 +75,9 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 	var n *node
 	if item.strikes < lockedStrikes && !p.overran {
 		n = q.attribute(s, keys, now, concurrent)
+		if n == nil && p.noWait {
+			n = q.unnamed(s, keys, now)
+		}
 	}
 	if n == nil {
 		// Locked, or throttled on its own: its own word holds it. Sent
@@ -118,6 +121,24 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 	q.prune(s, now)
 	n.waiters.kick()
 	return n
+}
+
+// unnamed makes the item of keys, throttled on its own by an answer
+// that named no wait, a budget of its own and returns it. The server
+// named no time to hold the item for, and the retry policy's delay,
+// held, is a wait it never asked for: nginx's zone of 40/s, its one
+// collection URL refused once in the first wave, sent nothing for the
+// policy's 3 s, then everything at once. A budget's pace governs the
+// item's requests instead, from a search; a locked item (lockedStrikes)
+// is held by its own throttles as before.
+func (q *Queue) unnamed(s *hostState, keys []string, now time.Time) *node {
+	d := len(keys) - 1
+	item := s.node(keys[d], d)
+	item.seq = s.seq
+	fresh := !item.shared || item.pacer == nil
+	q.share(s, item, now)
+	item.carved, item.lone = true, item.lone || fresh
+	return item
 }
 
 // attribute returns the budget a throttle of t counts against: the widest node whose distinct throttled targets within
@@ -217,6 +238,9 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time, waved 
 		n.pacer.settle(1, p.Sent)
 	}
 	n.pacer.succeeded(p.Sent, now)
+	if p.budget == n {
+		n.lone = false
+	}
 	if p.budget == n && n.depth+1 < len(keys) && !p.retry {
 		n.even.add(keys[n.depth+1], false, now)
 		q.judge(s, n, keys, now)

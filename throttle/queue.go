@@ -121,6 +121,9 @@ type Pass struct {
 	retry bool
 	// paced is set when a budget's pace let it go (Paced).
 	paced bool
+	// noWait is set by Report for a throttle that named no wait
+	// (ThrottledNoWait, or a 503 Refused took for a capacity limit).
+	noWait bool
 	// overran is set by Report for a throttled attempt that falls under
 	// a cap whose counts missed requests out with it: its throttle is the
 	// cap's (caps.go).
@@ -141,7 +144,11 @@ func (p Pass) Retried() Pass {
 
 // Paced reports whether a budget's pace let the attempt go: its pacer,
 // or with a store the fleet's schedule. A throttle of it is that pace's
-// overshoot, for which the pace slows the whole budget down.
+// overshoot, for which the pace slows the whole budget down. An item
+// made a budget by its own throttle that named no wait paces its
+// requests, but until one of them succeeds its releases are not Paced:
+// its pace is a guess, and an item that refuses everything is no
+// budget's overshoot.
 func (p Pass) Paced() bool { return p.paced }
 
 // Outcome is what an attempt's answer says about throttling.
@@ -155,6 +162,12 @@ const (
 	Succeeded
 	// Throttled is a 429, or a 503 or 504 naming a Retry-After.
 	Throttled
+	// ThrottledNoWait is a 429 that names no wait: a throttle whose hold,
+	// the retry policy's delay, is the client's and not the server's
+	// word. It holds only its own request: the queue paces its target's
+	// budget, its item's own when the evidence places it in none wider,
+	// where a Throttled holds its URL and path for the time named.
+	ThrottledNoWait
 	// Unavailable is a 503 without Retry-After: a capacity limit, and so
 	// a throttle, when the host answers other requests at the same time;
 	// an outage, which says nothing of its budget, when it does not.
@@ -221,8 +234,10 @@ func (q *Queue) giveBack(s *hostState, p Pass) {
 func (q *Queue) Bypass(sent time.Time) Pass { return Pass{Sent: sent} }
 
 // Report tells the queue what the server answered to an admitted attempt
-// of req: o, for a throttle how long it holds its target, and the answer's
-// header (nil for none), whose rate-limit fields, when it has any, say how
+// of req: o, for a throttle how long it holds its target (for a
+// ThrottledNoWait, the delay the attempt's own retry waits, which holds
+// its target only once the target is locked), and the answer's header
+// (nil for none), whose rate-limit fields, when it has any, say how
 // much of its budget is left. back returns when the answer came; it is
 // called only when needed.
 func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration, header http.Header, back func() time.Time) {
@@ -250,8 +265,11 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 			return
 		}
 	}
-	if o == Unavailable {
+	switch o {
+	case Unavailable:
 		o = Failed // not taken for a capacity limit by Refused
+	case ThrottledNoWait:
+		o, p.noWait = Throttled, true
 	}
 	counted := false
 	if !s.active.Load() && !announces {
@@ -323,6 +341,7 @@ func (q *Queue) Report(req *http.Request, p Pass, o Outcome, hold time.Duration,
 	}
 	switch o {
 	case Throttled:
+		p.noWait = p.noWait || p.refused
 		p.overran = q.caps.overran(s, req, p)
 		end := now.Add(hold)
 		if end.Before(now) { // saturated

@@ -91,6 +91,12 @@ type node struct {
 	// carved is set when the evidence cut it out of a wider budget: it
 	// paces its requests whatever the nodes above it do.
 	carved bool
+	// lone is set on an item made a budget by a throttle of its own that
+	// named no wait (Queue.unnamed), until a request it let go succeeds:
+	// till then its pace is a guess, and a retry it lets go is no
+	// budget's overshoot ([Pass.Paced] is false), so that the policy's
+	// backoff steps for an item that refuses everything.
+	lone bool
 	// named is set once the server throttled the budget by name (a 429,
 	// or a Retry-After): its limiter says so when it throttles, and a 503
 	// naming no wait is a failure, not a capacity limit (Queue.Refused).

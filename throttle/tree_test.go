@@ -205,6 +205,73 @@ func TestHeldRequestGoesWithItsBudget(t *testing.T) {
 	})
 }
 
+// TestUnnamedThrottlePacesItsItem checks that a 429 naming no wait holds
+// nothing for the retry policy's delay, the client's and not the server's
+// word: its item is a budget of its own, the next request goes at its
+// pace, and only once a request it let go succeeded is a release of it
+// the budget's (Paced), so that the policy's backoff steps for an item
+// that refuses everything. A 429 naming a wait holds its URL for it.
+func TestUnnamedThrottlePacesItsItem(t *testing.T) {
+	const hold = 3 * time.Second
+	tests := []struct {
+		name       string
+		o          Outcome
+		held       bool // the next request waits the hold out
+		paced      bool // the next request's pass, before and after a success
+		pacedAfter bool
+	}{
+		{"a 429 naming its wait holds its URL", Throttled, true, false, false},
+		{"a 429 naming none paces its item", ThrottledNoWait, false, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				q := New(options.SystemClock(), options.QueueOptions{})
+				req, _ := http.NewRequest(http.MethodGet, graph+"/v1.0/me/messages", nil)
+				q.Report(req, q.Bypass(time.Now()), tt.o, hold, nil, time.Now)
+				start := time.Now()
+				p, err := q.Admit(context.Background(), req, time.Time{}, time.Time{}, nil)
+				require.NoError(t, err)
+				assert.Equal(t, tt.held, time.Since(start) >= hold, "held for the hold")
+				assert.Equal(t, tt.paced, p.Paced(), "paced before a success")
+				time.Sleep(time.Millisecond)
+				q.Report(req, p, Succeeded, 0, nil, time.Now)
+				p, err = q.Admit(context.Background(), req, time.Time{}, time.Time{}, nil)
+				require.NoError(t, err)
+				assert.Equal(t, tt.pacedAfter, p.Paced(), "paced after a success")
+				q.Report(req, p, Succeeded, 0, nil, time.Now)
+			})
+		})
+	}
+}
+
+// TestUnnamedLockedItemHeld checks that an item that answers every
+// request with a 429 naming no wait, each sent after the policy's delay
+// ran out while its neighbours succeed, is locked and held by its
+// throttles, as one naming its wait is.
+func TestUnnamedLockedItemHeld(t *testing.T) {
+	q := New(clocktest.New(t0), options.QueueOptions{})
+	const hold = 3 * time.Second
+	drive := func(id string) *http.Request {
+		r, _ := http.NewRequest(http.MethodGet, graph+"/v1.0/drives/d1/items/"+id, nil)
+		return r
+	}
+	at := func(d time.Duration) func() time.Time { return func() time.Time { return t0.Add(d) } }
+	round := hold + time.Millisecond
+	var last time.Duration
+	for i := range 3 {
+		sent := time.Duration(i) * round
+		q.Report(drive("1"), Pass{Sent: t0.Add(sent)}, ThrottledNoWait, hold, nil, at(sent+time.Millisecond))
+		q.Report(drive("2"), Pass{Sent: t0.Add(sent + 10*time.Millisecond)}, Succeeded, 0, nil, at(sent+20*time.Millisecond))
+		last = sent + time.Millisecond
+	}
+	st := q.state("graph.test", false, time.Time{})
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	assert.GreaterOrEqual(t, st.paths["/v1.0/drives/d1/items/1"].strikes, lockedStrikes, "locked")
+	assert.Equal(t, t0.Add(last+hold), st.held(targetOf(t, graph+"/v1.0/drives/d1/items/1")), "held by its throttle")
+}
+
 // TestPacedRefusalsAreNoStrikes checks that an item is locked only by
 // throttles of requests that waited out its previous wait: a budget's
 // paced releases refused within a bare 429's 3 s wait (a zone of nginx

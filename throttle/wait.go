@@ -149,7 +149,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 					n.release(&p, keys, now)
 				}
 				if n.paces(now, q.recovery) {
-					p.paced = true
+					p.paced = !n.lone
 					// While the fleet's schedule spaces the releases, the
 					// pacer keeps what it knew for when the store fails:
 					// releases at the fleet's rate would run its slots
