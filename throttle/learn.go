@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
@@ -400,18 +401,18 @@ func (q *Queue) form(s *hostState, n *node, now time.Time) bool {
 // of the run: nothing was sent for a second, and the run took 2.3x its
 // limit. A target locked by its own throttles (strikes) stays held.
 func (q *Queue) handOver(s *hostState, n *node, now time.Time) {
-	ended := false
+	var ended []string
 	for path, e := range s.paths {
 		if e.end.After(now) && e.strikes == 0 && now.Sub(e.at) < spreadWindow && q.under(path, n.key) {
-			e.end, ended = time.Time{}, true
+			e.end = time.Time{}
+			ended = append(ended, path)
 		}
 	}
-	if !ended {
+	if len(ended) == 0 {
 		return
 	}
 	for url, e := range s.urls {
-		path, _, _ := strings.Cut(url, "?")
-		if p := s.paths[path]; p != nil && p.end.IsZero() && e.end.After(now) && q.under(path, n.key) {
+		if path, _, _ := strings.Cut(url, "?"); slices.Contains(ended, path) {
 			e.end = time.Time{}
 		}
 	}
