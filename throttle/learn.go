@@ -133,12 +133,21 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 // item's requests instead, from a search; a locked item (lockedStrikes)
 // is held by its own throttles as before.
 func (q *Queue) unnamed(s *hostState, keys []string, now time.Time) *node {
+	item := s.nodes[keys[len(keys)-1]]
+	fresh := item == nil || !item.shared || item.pacer == nil
+	item = q.carveItem(s, keys, now)
+	item.lone = item.lone || fresh
+	return item
+}
+
+// carveItem makes the item of keys a budget of its own, cut out of any
+// wider one, and returns it.
+func (q *Queue) carveItem(s *hostState, keys []string, now time.Time) *node {
 	d := len(keys) - 1
 	item := s.node(keys[d], d)
 	item.seq = s.seq
-	fresh := !item.shared || item.pacer == nil
 	q.share(s, item, now)
-	item.carved, item.lone = true, item.lone || fresh
+	item.carved = true
 	return item
 }
 
@@ -160,10 +169,8 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 		if a := q.siblingsOf(s, keys, now); a != nil {
 			return a
 		}
-		item := s.node(keys[d], d)
-		item.seq = s.seq
-		q.share(s, item, now)
-		item.carved, item.together = true, true
+		item := q.carveItem(s, keys, now)
+		item.together = true
 		return item
 	}
 	until := now.Add(spreadWindow)
