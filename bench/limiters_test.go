@@ -102,3 +102,23 @@ func scenariosByKey() map[string]scenario {
 	}
 	return byKey
 }
+
+func TestGraphMixLimits(t *testing.T) {
+	p := params{n: 2000, c: 200, rate: 400, burst: 40}
+	sc := scenariosByKey()["e"]
+	// The last locked item is request 1600 (item 80), sent at the 1401st
+	// answer. Of the 1600 before it, 80 are the drive's; the other 1321 must
+	// finish at best at 700/s in all (identity 400, ten mailboxes 20 each,
+	// sites 100), none of them running out first: 1321/700 s.
+	reached := 1321 * time.Second / 700
+	assert.InDelta(t, (reached + graphLocked).Seconds(), graphLockFloor(p).Seconds(), 2e-6)
+	assert.InDelta(t, graphLockFloor(p).Seconds(), sc.limit(p).Seconds(), 1e-9, "the lock, not a budget, bounds the whole")
+	_, limits := sc.apis(p)
+	assert.Equal(t, sc.limit(p), limits["drive"])
+	assert.Equal(t, perSecond(1087, 400), limits["identity"])
+	assert.Less(t, limits["identity"], sc.limit(p))
+
+	few := params{n: 100, c: 200}
+	assert.InDelta(t, graphLocked.Seconds(), graphLockFloor(few).Seconds(), 2e-6, "a lock reached at once ends 2 s on")
+	assert.Equal(t, graphLockFloor(few), sc.limit(few))
+}
