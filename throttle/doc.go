@@ -63,7 +63,11 @@
 //     budget seen item by item; two locked items each requested twice at
 //     once, among thousands of served siblings, are not), unless an item
 //     throttled on its own below that node shows its traffic a budget of
-//     its own (Graph's users API beside its mailboxes). Otherwise the
+//     its own (Graph's users API beside its mailboxes). Then an item as
+//     deep as those carved lately is one of their kind from its first
+//     throttle, which cannot show requests throttled together (kin.go:
+//     charged to Identity's budget, the first refusal of each mailbox
+//     left over from the first wave slowed Identity's pace). Otherwise the
 //     throttle is the item's own: it holds its target and paces nothing (a
 //     throttle naming 1 ms costs 1 ms).
 //  3. Evidence narrows. An item throttled again each time it waited out

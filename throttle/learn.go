@@ -171,7 +171,11 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 		}
 		item := q.carveItem(s, keys, now)
 		item.together = true
+		markKin(s, keys, now)
 		return item
+	}
+	if k := q.kin(s, keys, now); k != nil {
+		return k
 	}
 	until := now.Add(spreadWindow)
 	var found *node
@@ -179,7 +183,11 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 		n := s.node(keys[d], d)
 		n.seq = s.seq
 		n.throttles.add(now)
-		c := n.spread(keys[d+1], d+1 == len(keys)-1, now, until)
+		isItem := d+1 == len(keys)-1
+		if isItem {
+			n.ownAt = now
+		}
+		c := n.spread(keys[d+1], isItem, now, until)
 		if found == nil && (n.paces(now, q.recovery) || c >= need(d) && n.overrun(&s.wave)) {
 			found = n
 		}

@@ -85,6 +85,13 @@ type node struct {
 	// throttled together, and gathers on a node that is the budget of
 	// such items below it, as many as the 5-n rule asks (siblings.go).
 	together, gathers bool
+	// kinDepth is the depth of the items last carved below the node
+	// because requests to each were throttled together, and kinAt when;
+	// ownAt is when an item directly below it last met a throttle of its
+	// own (kin.go).
+	kinDepth int
+	kinAt    time.Time
+	ownAt    time.Time
 	// shared is set while the node is the hypothesis of its requests'
 	// budget: its pacer paces every request below it.
 	shared bool
