@@ -207,7 +207,7 @@ var scenarios = []scenario{
 			b := func(rate float64) throttletest.Bucket { return throttletest.Bucket{Rate: rate, Burst: int(rate / 10)} }
 			return throttletest.Config{Rules: throttletest.GraphBudgets{
 				Identity: b(400), Mailbox: b(20), Sites: b(100),
-				Locked:    func(_, item string) bool { n, _ := strconv.Atoi(item); return n%20 == 0 },
+				Locked:    func(_, item string) bool { n, _ := strconv.Atoi(item); return graphItemLocked(n) },
 				LockedFor: graphLocked,
 			}.Rules()}
 		},
@@ -441,8 +441,11 @@ func graphLimits(p params) map[string]time.Duration {
 	return apiLimits(p.n, graphAPIOf, graphRate, graphLockFloor(p))
 }
 
+// graphItemLocked reports whether scenario (e)'s drive locks its item n.
+func graphItemLocked(n int) bool { return n%20 == 0 }
+
 // graphLocksItem reports whether scenario (e) locks request i's item.
-func graphLocksItem(i int) bool { return i%20 == 0 && (i/20)%20 == 0 }
+func graphLocksItem(i int) bool { return i%20 == 0 && graphItemLocked(i/20) }
 
 // graphLockFloor is the earliest scenario (e)'s last locked item can
 // answer. Its lock starts with its first request, and the bench's c
