@@ -159,9 +159,16 @@
 //     takes the window's quota at once; the curve then goes on where it
 //     stood, the reopening's refusals no decrease. A bucket, a sliding
 //     window or a proxy names the same wait at every refusal, and
-//     reopens on the curve. A server that serves some releases while it
-//     refuses others within the wait is not closed but slower than the
-//     pace: once it served minServed of them, the pace falls to the rate
+//     reopens on the curve. A pace that had nothing to release for half
+//     the wait its last decrease named, and for as long as a bucket of
+//     the first wave's successes takes to refill at its fit, reopens
+//     the same way once the release after that gap is served: its
+//     requests waited out their own Retry-After while the server
+//     refilled (a fixed window whose first wave left every caller held
+//     otherwise opened onto the curve's rate). A server that serves
+//     some releases while it refuses others within the wait is not
+//     closed but slower than the pace: once it served minServed of
+//     them, the pace falls to the rate
 //     it served them at (empty at the decrease, its bucket gave no more
 //     than it refilled), where the floor would hold it above that rate,
 //     a refusal after another, until the wait ends. That reading holds

@@ -789,6 +789,68 @@ func TestPacerReopensAfterAShutClosure(t *testing.T) {
 	}
 }
 
+// A steady pace that had nothing to release for half the wait its last
+// decrease named at least, and for as long as a bucket of the first
+// wave's successes takes to refill at its fit, reopens once the release
+// after the gap is served: it doubles from where its curve stood, every
+// reopenDoubling, as a pace shut through a window that named its
+// opening does (the requests the throttles held waited out their own
+// Retry-After, and the window they waited for opens whole). Refused, that
+// release is a decrease as any. A shorter gap goes on along the curve.
+func TestPacerReopensAfterAnIdleWait(t *testing.T) {
+	tests := []struct {
+		name    string
+		wait    time.Duration // named by the decrease
+		gap     time.Duration // from the decrease to the next release
+		refused bool          // that release
+		reopen  bool
+	}{
+		{name: "idle through the wait", wait: 10 * time.Second, gap: 10 * time.Second, reopen: true},
+		{name: "idle over half of it", wait: 10 * time.Second, gap: 6 * time.Second, reopen: true},
+		{name: "idle under half of it", wait: 10 * time.Second, gap: 4 * time.Second},
+		{name: "a bucket not yet refilled", wait: 200 * time.Millisecond, gap: 150 * time.Millisecond},
+		{name: "a bucket refilled", wait: 200 * time.Millisecond, gap: 300 * time.Millisecond, reopen: true},
+		{name: "refused after the gap", wait: 10 * time.Second, gap: 10 * time.Second, refused: true},
+	}
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.settle(100, t0)
+			p.throttled(ms(0), ms(1), ms(1001))
+			for i := range 20 {
+				p.sent(ms(10 + i))
+			}
+			p.throttled(ms(25), ms(26), ms(26).Add(tt.wait))
+			require.Equal(t, pacerSteady, p.state)
+			require.Less(t, float64(p.burst)/p.base, 0.3, "the bucket refills within 0.3 s at the fit")
+			now := ms(26).Add(tt.gap)
+			curve, base := p.rateAt(now), p.base
+			p.sent(now)
+			answered := now.Add(time.Millisecond)
+			if tt.refused {
+				p.throttled(now, answered, answered.Add(tt.wait))
+				assert.Less(t, p.base, base, "a decrease")
+				next := p.next(answered)
+				p.sent(next)
+				p.succeeded(next, next.Add(time.Millisecond))
+				assert.True(t, p.reopened.IsZero(), "no reopening, even once a later release is served")
+				return
+			}
+			p.succeeded(now, answered)
+			after := answered.Add(4 * reopenDoubling)
+			if tt.reopen {
+				require.Equal(t, answered, p.reopened, "the release's success reopens")
+				assert.InDelta(t, 16, p.rateAt(after)/p.reopenFrom, 0.01, "doubling every %v", reopenDoubling)
+				assert.Equal(t, p.burst, p.reopenLeft, "at most the first wave's successes")
+				return
+			}
+			assert.True(t, p.reopened.IsZero(), "no reopening")
+			assert.Less(t, p.rateAt(after)/curve, 1.5, "on the curve")
+		})
+	}
+}
+
 // A steady pace's curve counts only the time it had something to release:
 // after a gap with nothing to release (an outage held the scope, or the
 // caller had no work), it resumes where it was, not at a probe that
