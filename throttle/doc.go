@@ -152,8 +152,10 @@
 //     second past it. A success reopens the pace. A window whose refused
 //     probe was told to wait to the closure's end, a wait shorter than
 //     the closure's by the time since, names its opening (a fixed
-//     window) and opens whole: reopened once the wait is over, the pace
-//     doubles from where its curve stood every two round trips
+//     window) and opens whole: reopened once a release is served (one
+//     sent before the wait is over, too: the window names its opening
+//     in whole seconds, rounded up), the pace doubles from where its
+//     curve stood every two round trips
 //     (reopenDoubling at least) until the server refuses a release of
 //     the reopening, or it released the first wave's successes, and so
 //     takes the window's quota at once; the curve then goes on where it

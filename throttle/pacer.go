@@ -242,7 +242,7 @@ type adaptivePacer struct {
 	// a sliding window or a proxy name the same wait at every refusal.
 	closedNamed bool
 	// reopened is when a pace shut until a closure the server named
-	// (closedNamed) was first served after it (zero: not reopening),
+	// (closedNamed) was first served (zero: not reopening),
 	// reopenFrom the curve's rate then, reopenLeft how many releases the
 	// reopening may still make, and reopenLast its last release. A window
 	// that names its opening opens whole (a fixed one releases its quota
@@ -415,7 +415,7 @@ func (p *adaptivePacer) sent(now time.Time) {
 		if unused := now.Sub(p.next(now)) - catchUp; unused > 0 {
 			p.idle += unused
 			p.closedIdle += unused
-			if p.refilled(unused) {
+			if p.refilled(now, unused) {
 				p.refilledAt = now
 			}
 		}
@@ -439,20 +439,26 @@ func (p *adaptivePacer) sent(now time.Time) {
 	}
 }
 
-// refilled reports whether a steady pace that had nothing to release
-// for unused, not shut, may find the server's budget refilled: the gap
-// is half the wait its last decrease named at least (the throttled
-// requests, held by their own Retry-After, kept the budget idle), and as
-// long as a bucket of the first wave's successes takes to refill at the
-// pace's fit. Served, the release after it reopens the pace (see
+// refilled reports whether a steady pace, not shut, that had nothing to
+// release for unused until now waited out the wait its last decrease
+// named, and so may find the server's budget refilled: the gap is half
+// that wait at least, and as long as a bucket of the first wave's
+// successes takes to refill at the pace's fit, and it ends with the wait
+// (the throttled requests, held by their own Retry-After, kept the budget
+// idle until then). Served, the release after it reopens the pace (see
 // reopened) rather than go on along the curve; refused, it is a decrease
 // as any. Behind a fixed window whose first wave left every worker held,
 // the curve released the opened window's quota at the fit's 3600/s for
 // 0.3 s, where the peers sent it at once (bench scenario (g), 1.04x-1.06x
-// of the limit against their 1.01x-1.03x).
-func (p *adaptivePacer) refilled(unused time.Duration) bool {
+// of the limit against their 1.01x-1.03x). A gap that outlasts the wait
+// has another cause (an outage, callers with nothing to send), and ends
+// on the curve: a token bucket's first wave counts what it refilled as
+// the wave went, more than it holds, and reopened after a 5 s outage the
+// pace met 40 refusals at once (bench scenario (m)).
+func (p *adaptivePacer) refilled(now time.Time, unused time.Duration) bool {
 	return p.state == pacerSteady && p.reopenLeft == 0 && p.shutSince.IsZero() && p.closedWait > 0 &&
-		unused >= p.closedWait/2 && unused.Seconds() >= float64(max(p.burst, 1))/max(p.base, 1)
+		unused >= p.closedWait/2 && unused.Seconds() >= float64(max(p.burst, 1))/max(p.base, 1) &&
+		!now.After(p.closed.Add(2*p.rtt+catchUp))
 }
 
 // stood records a release that a fleet's schedule spaced in the pacer's
@@ -560,7 +566,7 @@ func (p *adaptivePacer) succeeded(sent, now time.Time) {
 	}
 	if p.state == pacerSteady && sent.After(p.reacted) {
 		refilled := !p.refilledAt.IsZero() && !sent.Before(p.refilledAt)
-		opens := refilled || p.closedNamed && p.refusedRun >= shutAfter && !sent.Before(p.closed)
+		opens := refilled || p.closedNamed && p.refusedRun >= shutAfter
 		if refilled {
 			p.refilledAt = time.Time{}
 		}

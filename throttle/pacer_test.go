@@ -710,7 +710,8 @@ func TestPacerProbesEndWithTheClosure(t *testing.T) {
 
 // A pace shut through a closure whose end the server named as its opening
 // (a refused probe's wait counted down to it: a fixed window) reopens when
-// the wait is over by doubling from where its curve stood, every
+// a release is served, even one sent before the wait is over (the window
+// named its opening in whole seconds, rounded up), by doubling from where its curve stood, every
 // reopenDoubling, so that it takes the window's quota at once. A refusal
 // of any of the reopening's releases ends it, back on the curve with no
 // decrease: the quota is spent. It ends, too, once it released the first
@@ -728,11 +729,13 @@ func TestPacerReopensAfterAShutClosure(t *testing.T) {
 		name     string
 		burst    int // the first wave's successes
 		probe    int
-		releases int  // the reopening's releases, all served
-		refused  int  // of them, the one refused, from 1; 0: none
-		reopen   bool // doubling after them
+		early    time.Duration // the first release's, before the closure's end
+		releases int           // the reopening's releases, all served
+		refused  int           // of them, the one refused, from 1; 0: none
+		reopen   bool          // doubling after them
 	}{
 		{name: "a window that named its opening", burst: 100, probe: named, releases: 3, reopen: true},
+		{name: "served before the wait ends", burst: 100, probe: named, early: 100 * time.Millisecond, releases: 3, reopen: true},
 		{name: "as many as the first wave", burst: 100, probe: named, releases: 100},
 		{name: "a release refused", burst: 100, probe: named, releases: 3, refused: 3},
 		{name: "refused once its count ran out", burst: 10, probe: named, releases: 12, refused: 9},
@@ -759,6 +762,9 @@ func TestPacerReopensAfterAShutClosure(t *testing.T) {
 			}
 			base := p.base
 			now := later(p.next(closed), closed)
+			if tt.early > 0 {
+				now = closed.Add(-tt.early)
+			}
 			p.sent(now)
 			p.succeeded(now, now.Add(time.Millisecond))
 			curve, reopened := p.rateAt(now.Add(time.Millisecond)), p.reopened
@@ -791,12 +797,13 @@ func TestPacerReopensAfterAShutClosure(t *testing.T) {
 
 // A steady pace that had nothing to release for half the wait its last
 // decrease named at least, and for as long as a bucket of the first
-// wave's successes takes to refill at its fit, reopens once the release
-// after the gap is served: it doubles from where its curve stood, every
+// wave's successes takes to refill at its fit, until that wait ended,
+// reopens once the release after the gap is served: it doubles from where its curve stood, every
 // reopenDoubling, as a pace shut through a window that named its
 // opening does (the requests the throttles held waited out their own
 // Retry-After, and the window they waited for opens whole). Refused, that
-// release is a decrease as any. A shorter gap goes on along the curve.
+// release is a decrease as any. A shorter gap, or one that outlasts the
+// wait (an outage held the budget), goes on along the curve.
 func TestPacerReopensAfterAnIdleWait(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -808,8 +815,9 @@ func TestPacerReopensAfterAnIdleWait(t *testing.T) {
 		{name: "idle through the wait", wait: 10 * time.Second, gap: 10 * time.Second, reopen: true},
 		{name: "idle over half of it", wait: 10 * time.Second, gap: 6 * time.Second, reopen: true},
 		{name: "idle under half of it", wait: 10 * time.Second, gap: 4 * time.Second},
-		{name: "a bucket not yet refilled", wait: 200 * time.Millisecond, gap: 150 * time.Millisecond},
-		{name: "a bucket refilled", wait: 200 * time.Millisecond, gap: 300 * time.Millisecond, reopen: true},
+		{name: "a bucket not yet refilled", wait: 300 * time.Millisecond, gap: 200 * time.Millisecond},
+		{name: "a bucket refilled", wait: 300 * time.Millisecond, gap: 250 * time.Millisecond, reopen: true},
+		{name: "idle past the wait", wait: time.Second, gap: 5 * time.Second},
 		{name: "refused after the gap", wait: 10 * time.Second, gap: 10 * time.Second, refused: true},
 	}
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
