@@ -163,11 +163,14 @@
 //     window or a proxy names the same wait at every refusal, and
 //     reopens on the curve. A pace that had nothing to release for half
 //     the wait its last decrease named, and for as long as a bucket of
-//     the first wave's successes takes to refill at its fit, reopens
-//     the same way once the release after that gap is served: its
-//     requests waited out their own Retry-After while the server
-//     refilled (a fixed window whose first wave left every caller held
-//     otherwise opened onto the curve's rate). A server that serves
+//     the first wave's successes takes to refill at its fit, until that
+//     wait ended, reopens the same way once the release after that gap
+//     is served: its requests waited out their own Retry-After while
+//     the server refilled (a fixed window whose first wave left every
+//     caller held otherwise opened onto the curve's rate). A gap that
+//     outlasts the wait has another cause (an outage) and ends on the
+//     curve: a token bucket's first wave counts what it refilled as the
+//     wave went, more than it holds. A server that serves
 //     some releases while it refuses others within the wait is not
 //     closed but slower than the pace: once it served minServed of
 //     them, the pace falls to the rate
