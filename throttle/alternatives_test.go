@@ -28,11 +28,11 @@ func setPacer(q *Queue, name string) {
 // a queue without a pacer would.
 type unpaced struct{}
 
-func (unpaced) next(now time.Time) time.Time   { return now }
-func (unpaced) sent(time.Time)                 {}
-func (unpaced) succeeded(time.Time, time.Time) {}
-func (unpaced) settle(int, time.Time)          {}
-func (unpaced) throttled(_, _, _ time.Time)    {}
+func (unpaced) next(now time.Time) time.Time        { return now }
+func (unpaced) sent(time.Time)                      {}
+func (unpaced) succeeded(time.Time, time.Time)      {}
+func (unpaced) settle(int, time.Time)               {}
+func (unpaced) throttled(_, _, _ time.Time, _ bool) {}
 
 // aimdPacer is additive increase, multiplicative decrease: it starts where
 // the adaptive pacer's search does (the first wave's successes per
@@ -72,7 +72,7 @@ func (p *aimdPacer) sent(now time.Time) {
 func (p *aimdPacer) succeeded(sent, now time.Time) { p.rtt = max(now.Sub(sent), p.rtt*63/64) }
 func (p *aimdPacer) settle(n int, _ time.Time)     { p.burst += n }
 
-func (p *aimdPacer) throttled(sent, now, end time.Time) {
+func (p *aimdPacer) throttled(sent, now, end time.Time, _ bool) {
 	p.rtt = max(now.Sub(sent), p.rtt*63/64)
 	if !sent.After(p.reacted.Add(2 * p.rtt)) {
 		return
@@ -164,7 +164,7 @@ func (p *awsPacer) succeeded(_, now time.Time) {
 	p.update(now, awsScale*t*t*t+p.lastMax)
 }
 
-func (p *awsPacer) throttled(_, now, _ time.Time) {
+func (p *awsPacer) throttled(_, now, _ time.Time, _ bool) {
 	p.measure(now)
 	use := p.measured
 	if p.enabled {

@@ -105,7 +105,10 @@
 //     at once what it serves slowly), a fit of the server's
 //     token bucket at the first throttle (the middle of the rates at which
 //     the bucket holds the last release before the throttled one and the
-//     throttled one: the server's lies between), then a CUBIC-like curve that
+//     throttled one: the server's lies between; after a decrease, the
+//     bucket that refused held anywhere from none to a token, and the
+//     bracket spans both, or a round of a few releases a slot apart reads
+//     the pace's own rate whatever the server's), then a CUBIC-like curve that
 //     probes above it; the curve counts only time with something to
 //     release, so a pace idle through an outage resumes where it was; a
 //     probe whose throttle fits no more than the rate it set out from
@@ -125,7 +128,11 @@
 //     same wave takes the wave the wider one counted. A throttle met while
 //     the wait named by the throttle of the pacer's last decrease still
 //     runs is the same closure of the server's budget (a fixed window
-//     throttles whatever is sent until it opens): within it the pace falls
+//     throttles whatever is sent until it opens); only a wait the server
+//     named closes: a bare 429's is the retry policy's delay, and the
+//     limiter that names none (nginx's limit_req) is a leaky bucket whose
+//     every refusal after a decrease says the pace is still above its
+//     rate. Within a closure the pace falls
 //     once, to half, not once per throttle, so that it is there when the
 //     window opens, and climbs back from there along the curve to the
 //     rate the decrease fitted, as CUBIC's window climbs back to where it

@@ -113,7 +113,7 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 	n.seq = s.seq
 	n.named = n.named || !p.refused
 	if !q.capped(n, p) {
-		n.pacer.throttled(p.Sent, now, end)
+		n.pacer.throttled(p.Sent, now, end, !p.noWait)
 	}
 	if p.budget == n && n.depth+1 < len(keys) && !p.retry {
 		n.even.add(keys[n.depth+1], true, now)

@@ -20,8 +20,10 @@ type pacer interface {
 	// settle records n successes of the wave the host's first throttle
 	// ended: what the server let through at once.
 	settle(n int, start time.Time)
-	// throttled records a throttled response that holds its target until end.
-	throttled(sent, now, end time.Time)
+	// throttled records a throttled response that holds its target until
+	// end; named says the server named that wait, where a bare 429 leaves
+	// it to the retry policy's delay.
+	throttled(sent, now, end time.Time, named bool)
 }
 
 // spender is a pacer that learns from a budget the server announced as
@@ -583,7 +585,7 @@ func (p *adaptivePacer) succeeded(sent, now time.Time) {
 	}
 }
 
-func (p *adaptivePacer) throttled(sent, now, end time.Time) {
+func (p *adaptivePacer) throttled(sent, now, end time.Time, named bool) {
 	p.observe(sent, now)
 	if !sent.After(p.reacted.Add(2*p.rtt)) || p.state == pacerSearching && sent.Before(p.start) {
 		// Sent before the last decrease (or, for the first wave, before the
@@ -642,7 +644,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 		// wave's successes per period, which the server already sustained:
 		// the pace cannot collapse.
 		floor := float64(max(p.burst, 1)) / p.period
-		closing := p.state == pacerSteady && sent.Before(p.closed)
+		closing := p.state == pacerSteady && named && sent.Before(p.closed)
 		if p.state == pacerSteady && !closing && p.refusedRun >= shutAfter {
 			// Refused again once the closure's wait is over, with
 			// nothing served since its decrease: the server is still
@@ -738,8 +740,21 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time) {
 				p.shutSince = now
 			}
 		} else {
-			p.closed, p.closedFloor, p.closedRead = end, max(floor, p.rateAt(sent)/2), read
-			p.closedWait = end.Sub(now)
+			p.closed, p.closedWait = now, 0
+			if named {
+				// Only the server's word closes a budget: a throttle that
+				// names no wait leaves its end to the retry policy's
+				// delay, a client's guess, and the limiter that names
+				// none is most often a leaky bucket (nginx's limit_req),
+				// whose refusals after a decrease say the pace is still
+				// above its rate. Taken for a closure, they held one of
+				// nginx's zones at the closure's floor, half the rate a
+				// search had overshot to (137/s for 100/s), through a
+				// refusal every 40 ms for the policy's 3 s, each costing
+				// its request those 3 s (in virtual time).
+				p.closed, p.closedWait = end, end.Sub(now)
+			}
+			p.closedFloor, p.closedRead = max(floor, p.rateAt(sent)/2), read
 			p.closedAt, p.closedServed, p.closedIdle = now, 0, 0
 			p.closedNamed = false
 			p.refusedRun = 0
@@ -806,7 +821,8 @@ func (p *adaptivePacer) fit(sent time.Time) (rate float64, read bool) {
 		// small bursts of releases that catch up with their slots. Assume
 		// it holds at least a tenth of a second of the rate.
 		capacity := max(counted, minBurstSeconds*p.base)
-		rate, ok := p.between(n, capacity, 0)
+		// It refused a request at p.start: it held under a token then.
+		rate, ok := p.between(n, capacity, 0, 1)
 		if !ok {
 			return plain, false
 		}
@@ -825,9 +841,12 @@ func (p *adaptivePacer) fit(sent time.Time) (rate float64, read bool) {
 	// began, at the rate being fitted.
 	refill := max(p.start.Sub(p.waveEnd), 0).Seconds()
 	burst, rate := counted, 0.0
+	// The bottom of the bracket holds no token more (see between): the
+	// bucket's size is solved from the wave's count, and a token more
+	// read small buckets' searches (20/s with a burst of 3) a fifth low.
 	for range 5 {
 		var ok bool
-		if rate, ok = p.between(n, burst, refill); !ok {
+		if rate, ok = p.between(n, burst, refill, 0); !ok {
 			return plain, false
 		}
 		burst = max(counted-rate*span, min(counted, minBurstSeconds*rate), 1)
@@ -875,23 +894,36 @@ func (p *adaptivePacer) peak(n int) float64 {
 // token apart), which left their bucket at its edge for the whole run; a
 // refusal there cost its request the retry policy's 3 s behind a bare
 // 429. With the n-th release alone, it returns the top.
-func (p *adaptivePacer) between(n int, capacity, refill float64) (float64, bool) {
-	hi, ok := p.solve(n, capacity, refill)
+//
+// held is how much the bucket may have held at p.start, the bottom of
+// the bracket assuming it held that much and the top none. A steady
+// pace's round starts at a refusal: the bucket held less than a token
+// then, anywhere from none to one. Assumed empty, a round of n releases
+// a slot apart, each served as the server refilled a token, bracketed
+// the rate at the pace's own, whatever the server's rate under it: each
+// refusal lowered the pace by fitShare alone, and a 40/s bucket that a
+// search had left at 66/s refused eight times on the way down (nginx's
+// zone did so in virtual time, each refusal costing its request the
+// retry policy's 3 s). From none to one token, the middle reads such a
+// round about 1/(2(n-1)) under the pace: three refusals.
+func (p *adaptivePacer) between(n int, capacity, refill, held float64) (float64, bool) {
+	hi, ok := p.solve(n, capacity, refill, 0)
 	if !ok || n < 2 {
 		return hi, ok
 	}
-	if lo, ok := p.solve(n-1, capacity, refill); ok && lo < hi {
+	if lo, ok := p.solve(n-1, capacity, refill, held); ok && lo < hi {
 		return (lo + hi) / 2, true
 	}
 	return hi, true
 }
 
 // solve returns the refill rate at which a token bucket of capacity,
-// empty refill seconds before p.start, first runs dry at the n-th release,
-// or false when no rate up to the last release rate explains it.
-func (p *adaptivePacer) solve(n int, capacity, refill float64) (float64, bool) {
+// holding held tokens refill seconds before p.start, first runs dry at
+// the n-th release, or false when no rate up to the last release rate
+// explains it.
+func (p *adaptivePacer) solve(n int, capacity, refill, held float64) (float64, bool) {
 	dry := func(rate float64) bool {
-		tokens, prev := min(capacity, rate*refill), time.Duration(0)
+		tokens, prev := min(capacity, held+rate*refill), time.Duration(0)
 		for _, at := range p.releases[:n] {
 			tokens = min(capacity, tokens+rate*(at-prev).Seconds()) - 1
 			prev = at
@@ -933,5 +965,5 @@ func (p *adaptivePacer) spent(sent, now time.Time) {
 	if p.state == pacerSteady && p.rateAt(sent) <= p.base {
 		return
 	}
-	p.throttled(sent, now, now)
+	p.throttled(sent, now, now, true)
 }

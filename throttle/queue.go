@@ -410,7 +410,7 @@ func (q *Queue) announce(s *hostState, t *target, b ratelimit.Budget, p Pass, no
 	if sp, ok := n.pacer.(spender); ok {
 		sp.spent(p.Sent, now)
 	} else {
-		n.pacer.throttled(p.Sent, now, now)
+		n.pacer.throttled(p.Sent, now, now, true)
 	}
 	q.prune(s, now)
 	return n

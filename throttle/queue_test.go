@@ -58,10 +58,10 @@ func (p *fixedPacer) next(time.Time) time.Time {
 	}
 	return p.last.Add(p.every)
 }
-func (p *fixedPacer) sent(now time.Time)                        { p.last = now }
-func (p *fixedPacer) succeeded(time.Time, time.Time)            {}
-func (p *fixedPacer) settle(int, time.Time)                     {}
-func (p *fixedPacer) throttled(time.Time, time.Time, time.Time) {}
+func (p *fixedPacer) sent(now time.Time)                              { p.last = now }
+func (p *fixedPacer) succeeded(time.Time, time.Time)                  {}
+func (p *fixedPacer) settle(int, time.Time)                           {}
+func (p *fixedPacer) throttled(time.Time, time.Time, time.Time, bool) {}
 
 // acquired is what one queue.acquire returned, and when.
 type acquired struct {

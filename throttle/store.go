@@ -268,7 +268,7 @@ func (q *Queue) searchFleet(s *hostState, host string, st options.FleetState, no
 	found.seq = s.seq
 	found.lastEnd = later(found.lastEnd, until)
 	if ap, ok := found.pacer.(*adaptivePacer); ok && ap.state == pacerCold {
-		ap.throttled(now, now, until)
+		ap.throttled(now, now, until, true)
 	}
 }
 

@@ -382,11 +382,11 @@ func TestLearnedCapHoldWithinLimits(t *testing.T) {
 // countingPacer paces nothing and counts the throttles it learns from.
 type countingPacer struct{ throttles int }
 
-func (p *countingPacer) next(now time.Time) time.Time              { return now }
-func (p *countingPacer) sent(time.Time)                            {}
-func (p *countingPacer) succeeded(time.Time, time.Time)            {}
-func (p *countingPacer) settle(int, time.Time)                     {}
-func (p *countingPacer) throttled(time.Time, time.Time, time.Time) { p.throttles++ }
+func (p *countingPacer) next(now time.Time) time.Time                    { return now }
+func (p *countingPacer) sent(time.Time)                                  {}
+func (p *countingPacer) succeeded(time.Time, time.Time)                  {}
+func (p *countingPacer) settle(int, time.Time)                           {}
+func (p *countingPacer) throttled(time.Time, time.Time, time.Time, bool) { p.throttles++ }
 
 // TestLearnedCapGatesTheBudget checks that a budget that learned a cap of
 // its own releases no more than the cap, whichever child a request goes
