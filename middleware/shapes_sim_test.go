@@ -209,11 +209,20 @@ func simulateShape(t *testing.T, sh limiterShape, method string) shapeResult {
 // error or a status of 300 or more. answered, when not nil, is called
 // with i once request i is answered.
 func sendAll(client *http.Client, n, c int, method string, urlOf func(i int) string, answered func(i int)) int {
+	return sendDialing(client, n, c, 0, method, urlOf, answered)
+}
+
+// sendDialing is sendAll with worker k starting k·dial after the first,
+// as callers whose connections are dialed one after another do: on
+// loopback the first wave reaches the server over some milliseconds, not
+// at one instant.
+func sendDialing(client *http.Client, n, c int, dial time.Duration, method string, urlOf func(i int) string, answered func(i int)) int {
 	jobs := make(chan int)
 	var wg sync.WaitGroup
 	var failed atomic.Int32
-	for range c {
+	for k := range c {
 		wg.Go(func() {
+			time.Sleep(time.Duration(k) * dial)
 			for i := range jobs {
 				req, _ := http.NewRequest(method, urlOf(i), strings.NewReader(`{"displayName":"x"}`))
 				req.Header.Set(throttletest.HeaderRequestID, strconv.Itoa(i))
