@@ -134,7 +134,11 @@
 //     every refusal after a decrease says the pace is still above its
 //     rate. Within a closure the pace falls
 //     once, to half, not once per throttle, so that it is there when the
-//     window opens, and climbs back from there along the curve to the
+//     window opens (after a search whose fit read nothing, to the first
+//     wave's successes a second: half a search's overshoot is no rate
+//     the server showed, and HAProxy's window, held at half of 1450/s for
+//     its 400/s, refused the pace through the closure and past it), and
+//     climbs back from there along the curve to the
 //     rate the decrease fitted, as CUBIC's window climbs back to where it
 //     was lost. Likewise a decrease outside a closure whose fit reads
 //     under what the server served over the last second (servedSpan)
