@@ -204,9 +204,9 @@ type adaptivePacer struct {
 	// closed is the end of the wait named by the throttle that last
 	// lowered the rate outside such a wait, and closedFloor half the
 	// rate before it (after a search whose fit read nothing, the first
-	// wave's successes a second): a budget the server closed until a time (a fixed
-	// window) throttles whatever is sent until then, and its throttles
-	// must not drive the pace to nothing for when it opens.
+	// wave's successes a second): a budget the server closed until a
+	// time (a fixed window) throttles whatever is sent until then, and
+	// its throttles must not drive the pace to nothing for when it opens.
 	closed      time.Time
 	closedFloor float64
 	// closedWait is the wait the decrease that began the closure named:
