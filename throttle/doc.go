@@ -135,7 +135,8 @@
 //     rate. Within a closure the pace falls
 //     once, to half, not once per throttle, so that it is there when the
 //     window opens (after a search whose fit read nothing, to the first
-//     wave's successes a second: half a search's overshoot is no rate
+//     wave's successes a second, when its budget counted them: half a
+//     search's overshoot is no rate
 //     the server showed, and HAProxy's window, held at half of 1450/s for
 //     its 400/s, refused the pace through the closure and past it), and
 //     climbs back from there along the curve to the

@@ -757,7 +757,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time, named bool) {
 				p.closed, p.closedWait = end, end.Sub(now)
 			}
 			p.closedFloor, p.closedRead = max(floor, p.rateAt(sent)/2), read
-			if searched && !read {
+			if searched && !read && p.burst > 0 {
 				// A search doubles until refused: half its rate then is
 				// no rate the server showed, and the fit could not read
 				// one. The first wave's successes a second (a period, when
@@ -767,8 +767,12 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time, named bool) {
 				// refusals, refused the pace through the closure and past
 				// it, and a third of the runs took 1.2x-1.35x of the limit;
 				// from the first wave's 400 a second, 1.03x-1.06x (in
-				// virtual time, the stick table's model).
-				p.closedFloor = float64(max(p.burst, 1)) / min(p.period, searchPeriod)
+				// virtual time, the stick table's model). A budget that
+				// counted none of its wave (a mailbox carved out after
+				// it) has no such rate: floored at one a second, a
+				// mailbox of 20/s took a fit of 10.8/s read from six
+				// releases within its closure, and 1.86x of its limit.
+				p.closedFloor = float64(p.burst) / min(p.period, searchPeriod)
 			}
 			p.closedAt, p.closedServed, p.closedIdle = now, 0, 0
 			p.closedNamed = false

@@ -385,6 +385,41 @@ func TestPacerClosedBudget(t *testing.T) {
 	}
 }
 
+// TestPacerClosureFloorAfterAnUnreadSearch checks the floor of the
+// closure that a search whose fit read nothing began: the first wave's
+// successes a second when the budget counted its wave, half the search's
+// rate when it counted none (a mailbox carved out after the wave), where
+// one a second let a fit read from a few releases take the pace to half
+// a mailbox's rate.
+func TestPacerClosureFloorAfterAnUnreadSearch(t *testing.T) {
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	for _, wave := range []int{0, 30} {
+		t.Run(fmt.Sprintf("wave %d", wave), func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.settle(wave, t0)
+			p.throttled(ms(0), ms(1), ms(1001), true)
+			require.Equal(t, pacerSearching, p.state)
+			// Two releases, the first served, the second refused:
+			// nothing the fit can read.
+			p.sent(p.start)
+			p.succeeded(p.start, p.start.Add(time.Millisecond/2))
+			p.sent(p.start.Add(time.Millisecond))
+			sent := p.start.Add(time.Millisecond)
+			rate := p.rateAt(sent)
+			p.throttled(sent, sent.Add(time.Millisecond), sent.Add(time.Second), true)
+			require.Equal(t, pacerSteady, p.state)
+			require.False(t, p.closedRead)
+			if wave == 0 {
+				// Half the pace as the refusal came back, not one a second.
+				assert.Greater(t, p.closedFloor, rate/4, "about half the search's rate")
+				assert.Less(t, p.closedFloor, rate, "about half the search's rate")
+				return
+			}
+			assert.InDelta(t, float64(wave), p.closedFloor, 1e-9, "the first wave's successes a second")
+		})
+	}
+}
+
 // decreasedPacer returns a pacer that searched from a first wave of 100,
 // released 20 requests from 10 ms on and was throttled at 26 ms: steady,
 // its decrease's wait running until 1026 ms.
