@@ -230,6 +230,12 @@ type apiWaves [apiSlots]struct {
 // in that of its API.
 func (s *hostState) addWave(api string, sent time.Time, took time.Duration) {
 	s.wave.addTook(sent, took)
+	s.addAPIWave(api, sent, took)
+}
+
+// addAPIWave counts a success to api, sent at sent, in the wave of its
+// API alone.
+func (s *hostState) addAPIWave(api string, sent time.Time, took time.Duration) {
 	if api == "" {
 		return
 	}

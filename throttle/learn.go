@@ -222,18 +222,25 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 // budget takes beside its own count. Counted in both, the first wave's
 // successes read up to half again what the server let through, and the
 // search starts, and the fit reads, as if its bucket were that much
-// larger.
+// larger. Counted in the host's node alone, before its API has one, it
+// counts in its API's wave too, which that API's first budget takes:
+// behind nginx's zones the first throttle, in one zone, made the host's
+// node, and another zone's budget, formed a few milliseconds later, took
+// the 5 of its 11 successes answered before; its search read the other
+// 6 as a refill that was not there and fitted 151/s for 100/s, and its
+// next refusal halved the pace for the run (1.33x of the zone's limit,
+// in virtual time).
 func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time, waved bool) {
 	s.lastSuccess = now
 	if e := s.paths[t.path]; e != nil {
 		e.strikes = 0
 	}
 	keys := t.keys()
-	counted := waved
-	for _, k := range keys {
+	counted, apiCounted := waved, waved
+	for d, k := range keys {
 		if n := s.nodes[k]; n != nil && !n.shared && !waved {
 			n.successes.addTook(p.Sent, now.Sub(p.Sent))
-			counted = true
+			counted, apiCounted = true, apiCounted || d > 0
 		}
 	}
 	n := p.budget
@@ -244,8 +251,11 @@ func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time, waved 
 		// No budget yet: what the server let through counts for the
 		// first one, as on the fast path (answers that announce a budget
 		// come this way).
-		if !counted {
+		switch {
+		case !counted:
 			s.addWave(t.api(), p.Sent, now.Sub(p.Sent))
+		case !apiCounted:
+			s.addAPIWave(t.api(), p.Sent, now.Sub(p.Sent))
 		}
 		return
 	}

@@ -568,23 +568,35 @@ func TestReportItemKeepsTheQueuesReading(t *testing.T) {
 // successes of the host's first wave sent to that API: nginx's zones on
 // one host each let their own through. Taken whole by the first budget
 // to form, the wave left the others a search from none, whose fit,
-// assuming a bucket of one, read more than twice their rate.
+// assuming a bucket of one, read more than twice their rate. A success
+// answered after another API's first throttle, before its own API had a
+// node, counts for its API too: taken by neither, it left nginx's 100/s
+// zone a wave of 5 of its 11, and its search read 151/s.
 func TestFirstWaveByAPI(t *testing.T) {
 	tests := []struct {
 		name  string
 		first string // the API whose budget forms first
+		// late: the other API's successes are answered after the first
+		// API's first throttle.
+		late bool
 	}{
-		{"users first", "users"},
-		{"sites first", "sites"},
+		{"users first", "users", false},
+		{"sites first", "sites", false},
+		{"sites answered after users' first throttle", "users", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			q := New(clocktest.New(t0), options.QueueOptions{})
 			host := func() *hostState { return q.state("graph.test", true, t0) }
 			wave := map[string]int{"users": 8, "sites": 3, "me": 2}
-			for api, n := range wave {
-				for i := range n {
-					q.succeededAt(host(), "/v1.0/"+api+"/"+strconv.Itoa(100+i), t0, t0.Add(time.Millisecond))
+			answer := func(api string) {
+				for i := range wave[api] {
+					q.succeededAt(host(), "/v1.0/"+api+"/"+strconv.Itoa(100+i), t0, t0.Add(3*time.Millisecond))
+				}
+			}
+			for api := range wave {
+				if !tt.late || api == tt.first {
+					answer(api)
 				}
 			}
 			apis := []string{tt.first}
@@ -593,9 +605,12 @@ func TestFirstWaveByAPI(t *testing.T) {
 					apis = append(apis, api)
 				}
 			}
-			for _, api := range apis {
+			for i, api := range apis {
+				if tt.late && i > 0 {
+					answer(api)
+				}
 				for i := range 4 {
-					q.throttleTarget(targetOf(t, graph+"/v1.0/"+api+"/"+strconv.Itoa(i)), t0, t0.Add(2*time.Millisecond), t0.Add(time.Second))
+					q.throttleTarget(targetOf(t, graph+"/v1.0/"+api+"/"+strconv.Itoa(i)), t0, t0.Add(4*time.Millisecond), t0.Add(time.Second))
 				}
 			}
 			for _, api := range apis {
