@@ -108,7 +108,10 @@
 //     throttled one: the server's lies between; after a decrease, the
 //     bucket that refused held anywhere from none to a token, and the
 //     bracket spans both, or a round of a few releases a slot apart reads
-//     the pace's own rate whatever the server's), then a CUBIC-like curve that
+//     the pace's own rate whatever the server's; so it does at a search's
+//     throttle that names no wait, which costs its request the retry
+//     policy's delay: the fit errs low, not over the server's rate, where
+//     the next refusal would come within the run), then a CUBIC-like curve that
 //     probes above it; the curve counts only time with something to
 //     release, so a pace idle through an outage resumes where it was; a
 //     probe whose throttle fits no more than the rate it set out from

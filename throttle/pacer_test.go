@@ -276,6 +276,58 @@ func TestAdaptivePacerFit(t *testing.T) {
 	}
 }
 
+// TestAdaptivePacerSearchFitWithoutANamedWait runs the search against
+// the token bucket nginx's limit_req is (a burst of b lets b+1 through),
+// after a first wave whose last success the bucket refilled while the
+// wave went on, so that the refusal left part of a token: a search whose
+// throttle names no wait, and so costs its request the retry policy's
+// delay, must fit under the server's rate, where one naming its wait
+// fits the middle of the narrower bracket, over it.
+func TestAdaptivePacerSearchFitWithoutANamedWait(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		rate, capacity float64
+		// The wave: at t0 all but one of capacity, the last gap later.
+		gap time.Duration
+	}{
+		{40, 5, 5 * ms},
+		{100, 11, 5 * ms},
+		{400, 41, 2 * ms},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("R=%v C=%v", tt.rate, tt.capacity), func(t *testing.T) {
+			fits := map[bool]float64{}
+			for _, named := range []bool{true, false} {
+				server := &bucket{rate: tt.rate, burst: tt.capacity, tokens: tt.capacity, last: t0}
+				p := newAdaptivePacer(t0)
+				wave := int(tt.capacity)
+				for range wave - 1 {
+					require.True(t, server.take(t0))
+				}
+				last := t0.Add(tt.gap)
+				require.True(t, server.take(last), "the wave's last, refilled")
+				require.False(t, server.take(last.Add(ms/10)), "the first throttle")
+				p.settle(wave, t0)
+				p.throttled(last.Add(ms/10), last.Add(ms), last.Add(3*time.Second), named)
+				var throttled time.Time
+				for now := p.next(last.Add(ms)); throttled.IsZero(); now = p.next(now) {
+					p.sent(now)
+					if !server.take(now) {
+						throttled = now
+					}
+				}
+				p.throttled(throttled, throttled.Add(ms), throttled.Add(3*time.Second), named)
+				require.Equal(t, pacerSteady, p.state)
+				fits[named] = p.base
+			}
+			t.Logf("fit %.1f/s named, %.1f/s not, for %v/s", fits[true], fits[false], tt.rate)
+			assert.LessOrEqual(t, fits[false], tt.rate, "the fit without a named wait")
+			assert.GreaterOrEqual(t, fits[false], 0.85*fitShare*tt.rate, "the fit without a named wait")
+			assert.Less(t, fits[false], fits[true], "leans lower than with one")
+		})
+	}
+}
+
 // TestAdaptivePacerUnexplainedThrottle checks that a throttle the pacer's
 // own releases cannot explain (another client, or requests the queue did
 // not pace, emptied the server's bucket) is a plain decrease from the rate
