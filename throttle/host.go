@@ -35,6 +35,9 @@ type hostState struct {
 	// host's latest success was: a limiter refuses a wave's overflow in a
 	// row (Refused).
 	refusedRun atomic.Int64
+	// refusals counts the same 503s, and the successes, since the first
+	// of the latest of them (Refused).
+	refusals refusalEpisode
 	// fleet is what the queue exchanged with its store about the host.
 	fleet fleetHost
 	// capServed is when a request that held a concurrency cap's slot was
@@ -382,12 +385,49 @@ func (c *waveCount) recent(now time.Time) int {
 	return 0
 }
 
-// endRefusedRun counts a success: the refusals before it were not all in
-// a row. It writes only when a run was counted, so that a host never
-// refused costs no store.
-func (s *hostState) endRefusedRun() {
+// countServed counts a success sent at sent: in the host's recent
+// answers, in its refusals' episode, and as the end of a run of them. It
+// writes only what counts refusals once some were, so that a host never
+// refused costs no more stores.
+func (s *hostState) countServed(sent time.Time) {
+	s.served.add(sent)
 	if s.refusedRun.Load() != 0 {
 		s.refusedRun.Store(0)
+	}
+	s.refusals.serve()
+}
+
+// refusalEpisode counts the 503s without Retry-After of a host from the
+// first of an episode on, and the successes answered since that first:
+// an episode ends once capacityWindow passed without one. A limiter
+// serves a wave's burst before it refuses the overflow, and the burst
+// says nothing of the refusals after it (Refused).
+type refusalEpisode struct {
+	last            atomic.Int64 // the latest refusal, in Unix nanoseconds
+	refused, served atomic.Int64
+	// fresh is set when the episode began on a host that had never
+	// throttled: the first wave's overflow.
+	fresh atomic.Bool
+}
+
+// refuse counts a refusal answered at now, opening an episode when the
+// last one's latest refusal is capacityWindow old (fresh: on a host that
+// never throttled), and returns the episode's refusals and the successes
+// since its first, and whether it began fresh.
+func (e *refusalEpisode) refuse(now time.Time, fresh bool) (refused, served int64, began bool) {
+	at := now.UnixNano()
+	if last := e.last.Swap(at); at-last >= int64(capacityWindow) {
+		e.refused.Store(0)
+		e.served.Store(0)
+		e.fresh.Store(fresh)
+	}
+	return e.refused.Add(1), e.served.Load(), e.fresh.Load()
+}
+
+// serve counts a success in the episode, when there was one.
+func (e *refusalEpisode) serve() {
+	if e.last.Load() != 0 {
+		e.served.Add(1)
 	}
 }
 

@@ -460,18 +460,25 @@ func TestQueueRefused(t *testing.T) {
 		between          int  // successes answered after each refusal
 		active           bool // the host throttled before, no budget pacing the request
 		budget, named    bool
-		want             Outcome
+		// throttledAt, when not zero, is the refusal after which the
+		// host throttles (its first wave's earlier refusals, read as a
+		// capacity limit), and servedAt the one after which a success of
+		// the wave's refill comes back.
+		throttledAt, servedAt int
+		want                  Outcome
 	}{
-		{"never answered", 0, 1, 0, false, false, false, Failed},
-		{"a few among many served, as failures at random", 70, 30, 2, false, false, false, Failed},
-		{"too few to tell", 1, 10, 0, false, false, false, Failed},
-		{"most refused: an overrun budget", 40, 160, 0, false, false, false, Throttled},
-		{"fewer refused than served, but in a row: a first wave's overflow", 193, 20, 0, false, false, false, Throttled},
-		{"as many, each with a success between: failures at random", 193, 40, 1, false, false, false, Failed},
-		{"in a row on a host that throttled before: its budgets tell", 193, 20, 0, true, false, false, Failed},
-		{"a budget paced it", 70, 1, 0, false, true, false, Throttled},
-		{"a budget throttled by 429s paced it: failures at random", 70, 30, 2, false, true, true, Failed},
-		{"a budget throttled by 429s, most refused: a server going down", 40, 160, 0, false, true, true, Failed},
+		{"never answered", 0, 1, 0, false, false, false, 0, 0, Failed},
+		{"a few among many served, as failures at random", 70, 30, 2, false, false, false, 0, 0, Failed},
+		{"too few to tell", 1, 10, 0, false, false, false, 0, 0, Failed},
+		{"most refused: an overrun budget", 40, 160, 0, false, false, false, 0, 0, Throttled},
+		{"fewer refused than served, but in a row: a first wave's overflow", 193, 20, 0, false, false, false, 0, 0, Throttled},
+		{"as many, each with a success between: failures at random", 193, 40, 1, false, false, false, 0, 0, Failed},
+		{"in a row on a host that throttled before: its budgets tell", 193, 20, 0, true, false, false, 0, 0, Failed},
+		{"a budget paced it", 70, 1, 0, false, true, false, 0, 0, Throttled},
+		{"a budget throttled by 429s paced it: failures at random", 70, 30, 2, false, true, true, 0, 0, Failed},
+		{"a budget throttled by 429s, most refused: a server going down", 40, 160, 0, false, true, true, 0, 0, Failed},
+		{"a first wave's overflow, a refill served among it, the host throttled meanwhile", 42, 40, 0, false, false, false, 16, 20, Throttled},
+		{"failures at random after the host's first throttle", 42, 40, 1, false, false, false, 16, 0, Failed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -498,10 +505,18 @@ func TestQueueRefused(t *testing.T) {
 				}
 			}
 			var got Outcome
-			for range tt.refusals {
+			for i := 1; i <= tt.refusals; i++ {
 				got = q.Refused(req, &p, t0)
 				for range tt.between {
 					q.Report(req, Pass{Sent: t0}, Succeeded, 0, nil, clk.Now)
+				}
+				if i == tt.servedAt {
+					q.Report(req, Pass{Sent: t0}, Succeeded, 0, nil, clk.Now)
+				}
+				if i == tt.throttledAt {
+					p.host.mu.Lock()
+					p.host.activate()
+					p.host.mu.Unlock()
 				}
 			}
 			assert.Equal(t, tt.want, got)
