@@ -109,9 +109,10 @@
 //     bucket that refused held anywhere from none to a token, and the
 //     bracket spans both, or a round of a few releases a slot apart reads
 //     the pace's own rate whatever the server's; so it does at a search's
-//     throttle that names no wait, which costs its request the retry
-//     policy's delay: the fit errs low, not over the server's rate, where
-//     the next refusal would come within the run), then a CUBIC-like curve that
+//     throttle whose refusal costs its request more than a second
+//     (leanAfter: the retry policy's delay behind a bare 429, a longer
+//     Retry-After): the fit errs low, not over the server's rate, where
+//     the next refusal, as costly, would come within the run), then a CUBIC-like curve that
 //     probes above it; the curve counts only time with something to
 //     release, so a pace idle through an outage resumes where it was; a
 //     probe whose throttle fits no more than the rate it set out from
@@ -138,7 +139,8 @@
 //     rate. Within a closure the pace falls
 //     once, to half, not once per throttle, so that it is there when the
 //     window opens (after a search whose fit read nothing, to the first
-//     wave's successes a second, when its budget counted them: half a
+//     wave's successes a second, when its budget counted them, fitShare
+//     of that when a refusal costs more than a second: half a
 //     search's overshoot is no rate
 //     the server showed, and HAProxy's window, held at half of 1450/s for
 //     its 400/s, refused the pace through the closure and past it), and

@@ -110,6 +110,12 @@ const (
 	// so that a server that reopens gradually refuses about one round
 	// trip's releases beyond its rate, a few, before the pace hears of it.
 	reopenDoubling = 2 * catchUp
+	// leanAfter is the wait past which a refusal costs its request more
+	// than the second most servers name (a Retry-After over a second, or
+	// the retry policy's delay, 3 s by default, for a throttle that names
+	// none): a fit then leans to the low end of what the releases allow,
+	// and a closure's floor keeps fitShare under the first wave's rate.
+	leanAfter = time.Second
 	// maxRate bounds the rate, releases per second.
 	maxRate = 1e6
 )
@@ -682,7 +688,8 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time, named bool) {
 		case p.state == pacerSteady:
 			floor = p.rateAt(sent) / 2
 		}
-		fit, read := p.fit(sent, named)
+		lean := end.Sub(now) > leanAfter
+		fit, read := p.fit(sent, lean)
 		fit = max(fit, 1)
 		if !closing && p.probing(sent) {
 			// A probe's throttle: it found more than the last fit only
@@ -772,7 +779,19 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time, named bool) {
 				// it) has no such rate: floored at one a second, a
 				// mailbox of 20/s took a fit of 10.8/s read from six
 				// releases within its closure, and 1.86x of its limit.
+				// When a refusal costs more than a second (lean), the
+				// pace keeps fitShare under it, as under a fit: at the
+				// wave's whole 400 a second, the window's own limit, it
+				// left no room for a refusal, which the window counts,
+				// and behind a Retry-After of 3 s half the runs met one
+				// in their last seconds and waited it out (1.5x-1.6x of
+				// the limit; under it, 1.11x). Behind a Retry-After of
+				// 1 s, under it cost 3 % for the whole run, and the
+				// refusals it spares cost a second each: at it, 1.03x.
 				p.closedFloor = float64(p.burst) / min(p.period, searchPeriod)
+				if lean {
+					p.closedFloor *= fitShare
+				}
 			}
 			p.closedAt, p.closedServed, p.closedIdle = now, 0, 0
 			p.closedNamed = false
@@ -813,13 +832,13 @@ func (p *adaptivePacer) servedRate(sent time.Time) (float64, bool) {
 // fit returns the refill rate at which the server's token bucket would
 // first run dry at the throttled request's release, given the releases
 // since p.start, times fitShare. The bucket is empty at p.start when a
-// throttle began the round, full when the search did. named says the
-// server named the throttle's wait.
+// throttle began the round, full when the search did. lean says the
+// throttle's refusal costs its request more than leanAfter.
 // It replays each release at its own time: counts per interval would
 // credit a whole interval's refill before its releases and, once the
 // throttle is heard of, count the releases made after the throttled one,
 // overestimating the server's rate by a fifth or more.
-func (p *adaptivePacer) fit(sent time.Time, named bool) (rate float64, read bool) {
+func (p *adaptivePacer) fit(sent time.Time, lean bool) (rate float64, read bool) {
 	upto := sent.Sub(p.start)
 	n, _ := slices.BinarySearchFunc(p.releases, upto, func(at, upto time.Duration) int {
 		if at <= upto {
@@ -861,20 +880,20 @@ func (p *adaptivePacer) fit(sent time.Time, named bool) (rate float64, read bool
 	// began, at the rate being fitted.
 	refill := max(p.start.Sub(p.waveEnd), 0).Seconds()
 	burst, rate := counted, 0.0
-	// When the server named its wait, the bottom of the bracket holds no
-	// token more (see between): the bucket's size is solved from the
-	// wave's count, and a token more read small buckets' searches (20/s
-	// with a burst of 3) a fifth low. A throttle that names none costs
-	// its request the retry policy's delay (3 s by default) where a
-	// server's own wait is most often a second, and a fit over the
-	// server's rate meets another within seconds: the bracket then spans
-	// the token the refusal may have left, as a steady round's does, and
-	// errs low. Without it nginx's zones (40/s with a burst of 4, 100/s
-	// with 10), which refuse with bare 429s, read 2 %-5 % over their rate,
-	// and most runs met a refusal late enough that its 3 s took the zone
-	// to 1.6x-2.0x of its limit; with it, 1.1x-1.25x (in virtual time).
+	// When a refusal costs its request a second, the bottom of the
+	// bracket holds no token more (see between): the bucket's size is
+	// solved from the wave's count, and a token more read small buckets'
+	// searches (20/s with a burst of 3) a fifth low. When it costs more
+	// (lean: the retry policy's 3 s behind a bare 429, or a longer
+	// Retry-After), a fit over the server's rate meets another refusal
+	// within seconds, each as costly: the bracket then spans the token
+	// the refusal may have left, as a steady round's does, and errs low.
+	// Without it nginx's zones (40/s with a burst of 4, 100/s with 10),
+	// which refuse with bare 429s, read 2 %-5 % over their rate, and most
+	// runs met a refusal late enough that its 3 s took the zone to
+	// 1.6x-2.0x of its limit; with it, 1.1x-1.25x (in virtual time).
 	held := 0.0
-	if !named {
+	if lean {
 		held = 1
 	}
 	for range 5 {
