@@ -47,11 +47,10 @@ const minRefusals = 16
 // refusal (nginx: 40 of 42), as it served all of what came back before,
 // while a server failing 30 % of its requests at random reaches it, with
 // minRefusals refused, about three times in 10^4 episodes (each begins
-// with a failure). Counted
-// among the host's recent answers instead, nginx's 42 successes before
-// its 40 refusals had them read as failures, which taught no pace: the
-// queue never engaged, and one run in eight took 4x the limit (in
-// virtual time).
+// with a failure). Counted among the host's recent answers instead,
+// nginx's 42 successes before its 40 refusals had them read as failures,
+// which taught no pace: the queue never engaged, and one run in eight
+// took 4x the limit (in virtual time).
 const overflowShare = 2.0 / 3
 
 // Queue holds requests back while the server's word holds what they
@@ -443,11 +442,13 @@ var ErrHoldTooLong = errors.New("throttle: held past the request's limits")
 // what it sends refused), or, on a host that never throttled, minRefusals
 // of them came in a row with no success answered between them (a limiter
 // refuses the overflow of a first wave together, however much of the wave
-// it served), or, from such a first refusal on, they are overflowShare of
-// the answers, the host's first throttle meanwhile or not; Failed otherwise, an outage or a server failing
-// some requests at random, which says nothing of a pace. It marks *p as
-// refused; Report then takes that pass and outcome. It takes the host's
-// lock only when a budget released p.
+// it served), or, in refusals that began on such a host (none a
+// capacityWindow apart), they are overflowShare of the answers since the
+// first of them, the host's first throttle meanwhile or not; Failed
+// otherwise, an outage or a server failing some requests at random,
+// which says nothing of a pace. It marks *p as refused; Report then takes
+// that pass and outcome. It takes the host's lock only when a budget
+// released p.
 //
 // A budget the server throttled by name (a 429, or a Retry-After) has a
 // limiter that says when it throttles: its bare 503s are failures. Taken
