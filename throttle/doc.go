@@ -208,10 +208,10 @@
 //     limiter refuses a wave's overflow together, answered before what it
 //     let through comes back from the server behind it, while a server
 //     failing 30 % at random fails 16 in a row once in 2·10^8 answers;
-//     or, in refusals that began on such a host (none a second apart),
-//     they are two thirds of the answers since the first (overflowShare),
-//     the wave's own refill served among them, the host's first throttle
-//     meanwhile or not.
+//     or, in refusals that began on such a host within the last second
+//     (none a second apart), minRefusals of them are two thirds of the
+//     answers since the first (overflowShare), the wave's own refill
+//     served among them, the host's first throttle meanwhile or not.
 //     Most alone misses a first wave sent over a few hundred milliseconds,
 //     which the limiter half serves; its refusals, read as failures,
 //     taught no pace, and the host never became one the queue paces. Once

@@ -387,46 +387,57 @@ func (c *waveCount) recent(now time.Time) int {
 
 // countServed counts a success sent at sent: in the host's recent
 // answers, in its refusals' episode, and as the end of a run of them. It
-// writes only what counts refusals once some were, so that a host never
-// refused costs no more stores.
+// writes only what counts refusals while some are recent, so that a host
+// never refused, or not lately, costs no more stores.
 func (s *hostState) countServed(sent time.Time) {
 	s.served.add(sent)
 	if s.refusedRun.Load() != 0 {
 		s.refusedRun.Store(0)
 	}
-	s.refusals.serve()
+	s.refusals.serve(sent)
 }
 
 // refusalEpisode counts the 503s without Retry-After of a host from the
-// first of an episode on, and the successes answered since that first:
-// an episode ends once capacityWindow passed without one. A limiter
-// serves a wave's burst before it refuses the overflow, and the burst
-// says nothing of the refusals after it (Refused).
+// first of an episode on, and the successes sent since: an episode ends
+// once capacityWindow passed without a refusal. A limiter serves a wave's
+// burst before it refuses the overflow, and the burst says nothing of the
+// refusals after it (Refused). Its lock is taken by refusals alone; a
+// success adds to served without it, at worst to an episode just ending.
 type refusalEpisode struct {
-	last            atomic.Int64 // the latest refusal, in Unix nanoseconds
-	refused, served atomic.Int64
+	mu      sync.Mutex
+	first   int64 // when the episode began, in Unix nanoseconds
+	refused int64
 	// fresh is set when the episode began on a host that had never
 	// throttled: the first wave's overflow.
-	fresh atomic.Bool
+	fresh  bool
+	last   atomic.Int64 // the latest refusal, in Unix nanoseconds
+	served atomic.Int64
 }
 
 // refuse counts a refusal answered at now, opening an episode when the
 // last one's latest refusal is capacityWindow old (fresh: on a host that
-// never throttled), and returns the episode's refusals and the successes
-// since its first, and whether it began fresh.
-func (e *refusalEpisode) refuse(now time.Time, fresh bool) (refused, served int64, began bool) {
+// never throttled), and returns the episode's refusals, the successes
+// sent since its first, and whether it began fresh within capacityWindow
+// of now: a first wave's overflow is refused within a second of its
+// first refusal, and an episode that goes on past it is another server's
+// behaviour (failures at random after the wave, say).
+func (e *refusalEpisode) refuse(now time.Time, fresh bool) (refused, served int64, firstWave bool) {
 	at := now.UnixNano()
-	if last := e.last.Swap(at); at-last >= int64(capacityWindow) {
-		e.refused.Store(0)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if at-e.last.Load() >= int64(capacityWindow) {
+		e.first, e.refused, e.fresh = at, 0, fresh
 		e.served.Store(0)
-		e.fresh.Store(fresh)
 	}
-	return e.refused.Add(1), e.served.Load(), e.fresh.Load()
+	e.last.Store(max(e.last.Load(), at))
+	e.refused++
+	return e.refused, e.served.Load(), e.fresh && at-e.first < int64(capacityWindow)
 }
 
-// serve counts a success in the episode, when there was one.
-func (e *refusalEpisode) serve() {
-	if e.last.Load() != 0 {
+// serve counts a success sent at sent in the episode, when a refusal came
+// within capacityWindow of it.
+func (e *refusalEpisode) serve(sent time.Time) {
+	if last := e.last.Load(); last != 0 && sent.UnixNano()-last < int64(capacityWindow) {
 		e.served.Add(1)
 	}
 }

@@ -283,7 +283,7 @@ func TestAdaptivePacerFit(t *testing.T) {
 // search whose throttle costs its request more than leanAfter (the retry
 // policy's 3 s behind a bare 429, or a Retry-After of 3) must fit under
 // the server's rate, where one costing a second fits the middle of the
-// narrower bracket, over it.
+// narrower bracket, over the small zones' rates.
 func TestAdaptivePacerSearchFitLeansWhenARefusalCosts(t *testing.T) {
 	const ms = time.Millisecond
 	tests := []struct {

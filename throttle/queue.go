@@ -41,8 +41,9 @@ const capacityWindow = time.Second
 const minRefusals = 16
 
 // overflowShare is the least share of the answers since the first
-// refusal of a first wave's episode (refusalEpisode) that refusals must
-// be for the episode to be a limiter refusing the wave's overflow: such
+// refusal of a first wave's episode (refusalEpisode) that refusals, at
+// least minRefusals of them, must be for the episode to be a limiter
+// refusing the wave's overflow: such
 // a limiter refuses nearly all of what comes back after its first
 // refusal (nginx: 40 of 42), as it served all of what came back before,
 // while a server failing 30 % of its requests at random reaches it, with
@@ -442,9 +443,10 @@ var ErrHoldTooLong = errors.New("throttle: held past the request's limits")
 // what it sends refused), or, on a host that never throttled, minRefusals
 // of them came in a row with no success answered between them (a limiter
 // refuses the overflow of a first wave together, however much of the wave
-// it served), or, in refusals that began on such a host (none a
-// capacityWindow apart), they are overflowShare of the answers since the
-// first of them, the host's first throttle meanwhile or not; Failed
+// it served), or, in refusals that began on such a host within
+// capacityWindow (none a capacityWindow apart), at least minRefusals of
+// them are overflowShare of the answers since the first, the host's first
+// throttle meanwhile or not; Failed
 // otherwise, an outage or a server failing some requests at random,
 // which says nothing of a pace. It marks *p as refused; Report then takes
 // that pass and outcome. It takes the host's lock only when a budget

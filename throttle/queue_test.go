@@ -525,6 +525,30 @@ func TestQueueRefused(t *testing.T) {
 	}
 }
 
+// TestRefusalEpisode checks how a host's refusals are grouped for Refused:
+// an episode runs while refusals come less than capacityWindow apart, it
+// counts the successes sent within capacityWindow of its latest refusal,
+// and it is a first wave's only within capacityWindow of its first
+// refusal on a host that never throttled.
+func TestRefusalEpisode(t *testing.T) {
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	var e refusalEpisode
+	e.serve(ms(0)) // no refusal yet: nothing to count
+	r, served, first := e.refuse(ms(0), true)
+	assert.Equal(t, []any{int64(1), int64(0), true}, []any{r, served, first}, "a first wave's first refusal")
+	e.serve(ms(10))
+	e.serve(ms(20))
+	r, served, first = e.refuse(ms(500), false)
+	assert.Equal(t, []any{int64(2), int64(2), true}, []any{r, served, first}, "the same episode: fresh as it began")
+	r, served, first = e.refuse(ms(1200), false)
+	assert.Equal(t, []any{int64(3), int64(2), false}, []any{r, served, first}, "the same episode, a second after its first refusal: no first wave's any more")
+	e.serve(ms(2300)) // over a second after the latest refusal
+	r, served, first = e.refuse(ms(2300), true)
+	assert.Equal(t, []any{int64(1), int64(0), true}, []any{r, served, first}, "a second without a refusal: a new episode")
+	e.serve(ms(4000))
+	assert.Equal(t, int64(0), e.served.Load(), "a success long after the latest refusal counts for no episode")
+}
+
 // An attempt that did not wait in the queue is learned from all the same:
 // its throttle is how a host becomes one the queue holds.
 func TestBypassedAttemptIsLearned(t *testing.T) {
