@@ -472,8 +472,11 @@ func TestZonesSimulation(t *testing.T) {
 // than a zone's limit of 2.6 s: a run ends at about 1.1x-1.2x once its
 // first wave's refusals are retried, and each refusal after it that
 // lands late costs as much again. Over ten runs each at 32f617e, GET
-// 1.16x-1.33x, POST 1.11x-1.33x and once 1.77x; the medians of three
-// are bounded, and nothing may fail or go early.
+// 1.16x-1.33x, POST 1.11x-1.33x and once 1.77x; over sixteen at b7d8057
+// (a zone's whole first wave, a search's fit leaning low where a refusal
+// costs 3 s), GET 1.11x-1.22x and POST 1.12x-1.24x, where one run in
+// three had reached 1.6x-2x. The medians of three are bounded, and
+// nothing may fail or go early.
 func TestNginxZonesSimulation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulates 1500 requests per run")
@@ -537,9 +540,9 @@ func TestNginxZonesSimulation(t *testing.T) {
 				})
 			}
 			assert.LessOrEqual(t, median(attempts), 1.1)
-			assert.LessOrEqual(t, median(whole), 1.35)
+			assert.LessOrEqual(t, median(whole), 1.3)
 			for k, z := range zones {
-				assert.LessOrEqual(t, median(perZone[k]), 1.35, z.location)
+				assert.LessOrEqual(t, median(perZone[k]), 1.3, z.location)
 			}
 		})
 	}
