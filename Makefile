@@ -48,9 +48,10 @@ else
 	$(GO) run ./cmd/demo $(ARGS)
 endif
 
-# The benchmark, about 70 minutes on 2 cores: the scenarios of RESULTS.md
-# (~40 min), then those behind real nginx and HAProxy and the bench's own
-# buckets, in RESULTS-real.md (~30 min). To fit, the latter run for ours and
+# The benchmark, about 95 minutes on 2 cores: the fleet rows of
+# RESULTS-fleet.md (~7 min), the scenarios of RESULTS.md (~50 min), then
+# those behind real nginx and HAProxy and the bench's own buckets, in
+# RESULTS-real.md (~35 min). To fit, the latter run for ours and
 # kiota-http-go's handler (the do-no-harm reference) on BENCH_WORKLOADS, the
 # workloads the throttle issue is judged on (ids of users and of mailboxes
 # spread over 50 and over n), and for the other peers on user/n alone;
@@ -65,7 +66,7 @@ bench: install-deps bench-fleet
 		-full-clients ours,kiota -peer-workload user/n \
 		$(if $(filter all,$(BENCH_WORKLOADS)),,-workloads $(BENCH_WORKLOADS))
 
-# The fleet bench, about 5 minutes: 1 to 20 OS processes, each with its own
+# The fleet bench, about 7 minutes: 1 to 20 OS processes, each with its own
 # handler, sharing one redis-server the bench starts, against the bench's
 # token bucket and behind a real nginx, into RESULTS-fleet.md.
 bench-fleet: install-deps redis-server
