@@ -109,10 +109,10 @@
 //     bucket that refused held anywhere from none to a token, and the
 //     bracket spans both, or a round of a few releases a slot apart reads
 //     the pace's own rate whatever the server's; so it does at a search's
-//     throttle whose refusal costs its request more than a second
-//     (leanAfter: the retry policy's delay behind a bare 429, a longer
-//     Retry-After): the fit errs low, not over the server's rate, where
-//     the next refusal, as costly, would come within the run), then a CUBIC-like curve that
+//     throttle that names no wait, whose refusal costs its request the
+//     retry policy's delay (over leanAfter): the fit errs low, not over
+//     the server's rate, where the next refusal, as costly, would come
+//     within the run), then a CUBIC-like curve that
 //     probes above it; the curve counts only time with something to
 //     release, so a pace idle through an outage resumes where it was; a
 //     probe whose throttle fits no more than the rate it set out from
