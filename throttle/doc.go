@@ -102,7 +102,12 @@
 //     throttle, or as long as the server took to serve the wave, if that
 //     is longer) and fits nothing while no success has come back (the
 //     server may still be serving the wave: a concurrency limit refuses
-//     at once what it serves slowly), a fit of the server's
+//     at once what it serves slowly), and never passes twice the rate
+//     of its last four releases (RFC 7661's rule for a window the
+//     application leaves unused: one of nginx's zones, offered about its
+//     40/s, searched to 711/s without a refusal, and the next burst of
+//     its callers went out at once, its refusal costing the policy's 3 s
+//     past the run's end), a fit of the server's
 //     token bucket at the first throttle (the middle of the rates at which
 //     the bucket holds the last release before the throttled one and the
 //     throttled one: the server's lies between; after a decrease, the
@@ -190,7 +195,9 @@
 //     wave went, more than it holds. A server that serves
 //     some releases while it refuses others within the wait is not
 //     closed but slower than the pace: once it served minServed of
-//     them, the pace falls to the rate
+//     them over minServedSpan at least (over less, a fast server's
+//     eight successes are one round's burst: HAProxy's window of 400/s
+//     read 270/s from 20 ms), the pace falls to the rate
 //     it served them at (empty at the decrease, its bucket gave no more
 //     than it refilled), where the floor would hold it above that rate,
 //     a refusal after another, until the wait ends. That reading holds
