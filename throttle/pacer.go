@@ -321,8 +321,8 @@ func (p *adaptivePacer) rateAt(now time.Time) float64 {
 		// so the starting rate is read when it is needed.
 		// Doubling once per round trip, as TCP's slow start does, keeps the
 		// overshoot before the server's answer comes back to a few times.
-		step := p.step()
-		r = p.searchFrom() * math.Exp2(elapsed/step.Seconds())
+		step := p.step().Seconds()
+		r = p.searchFrom() * math.Exp2(elapsed/step)
 		// Doubled from what it released, not from the clock alone: a
 		// budget whose callers send under its rate, busy elsewhere, gains
 		// nothing from a higher one, and meets its server with a burst
