@@ -1368,3 +1368,30 @@ func TestPacerRefitsFromAFewReleases(t *testing.T) {
 		})
 	}
 }
+
+// TestServedWindowRate reads what a steady 400 a second served, at
+// several points of a slot: the rate must be 400 wherever the slot
+// stands. Divided by the whole span, a read 2 ms into a slot gave 359,
+// which a decrease took for what the server sustained.
+func TestServedWindowRate(t *testing.T) {
+	tests := []struct {
+		name  string
+		after time.Duration // into the slot the read falls in
+	}{
+		{"at the start of a slot", 0},
+		{"2 ms into a slot", 2 * time.Millisecond},
+		{"half a slot in", servedSlot / 2},
+		{"at the end of a slot", servedSlot - time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var w servedWindow
+			start := t0.Truncate(servedSlot)
+			end := start.Add(2*time.Second + tt.after)
+			for at := start; at.Before(end); at = at.Add(2500 * time.Microsecond) {
+				w.add(at)
+			}
+			assert.InDelta(t, 400, w.rate(end), 4)
+		})
+	}
+}
