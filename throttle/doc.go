@@ -157,7 +157,12 @@
 //     was served, never above the pace throttled: a sliding window still
 //     counting the last round's overshoot runs a round dry under its
 //     rate, and the round alone, fitted as a bucket's, reads it low; a
-//     server whose rate fell throttles the climb. When the decrease's
+//     server whose rate fell throttles the climb. The first refusal after
+//     a decrease whose fit read the rate, come before the releases since
+//     can tell one, is that decrease's round seen late (a leaky bucket
+//     still draining), whether or not the server named a wait: the pace
+//     drops, and the curve climbs back to the fit; a second one lowers
+//     the fit. When the decrease's
 //     fit read the server's rate, a refusal within its wait is the overshoot the server still counts (a sliding
 //     window for its period, a leaky bucket until it drains), not a rate
 //     the fit missed: the pace falls a tenth, which drains it, not to

@@ -294,6 +294,9 @@ type adaptivePacer struct {
 	// more than the rate the probe set out from: the server's rate has
 	// not moved, and the next probe waits twice as long.
 	quietProbes int
+	// lastRead says the last decrease set the pace from a fit that read
+	// the server's rate, and no refusal came since.
+	lastRead bool
 	// idle is the time since start that a steady pace had nothing to
 	// release at its slots, which its curve does not count: a rate left
 	// unused is no evidence that the server takes it (RFC 7661's rule for
@@ -769,7 +772,19 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time, named bool) {
 			p.closedFloor = min(p.closedFloor, served)
 		}
 		p.from = 0
-		if closing && !read && max(fit, floor) < p.base {
+		// The first refusal after a decrease whose fit read the rate,
+		// come before the releases since could tell one, is that
+		// decrease's round seen late: nginx's leaky bucket, full when it
+		// refused, still drains at what the server serves over the pace.
+		// It drops the pace to its floor and the curve climbs back to the
+		// fit, as within a closure; a second one lowers the fit. Taken
+		// for a rate, one such refusal 3 releases after a fit of 357/s
+		// halved the pace behind nginx's bare 503s, which then stood at
+		// 173/s for the two policy delays before its probe (2.0x of the
+		// limit, one run in eight on loopback).
+		late := !closing && p.state == pacerSteady && p.lastRead
+		p.lastRead = false
+		if (closing || late) && !read && max(fit, floor) < p.base {
 			// A refusal within the closure that the fit cannot read (too
 			// few releases since the decrease to tell a rate) drops the
 			// pace to what the fit says, at least the closure's floor,
@@ -796,6 +811,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time, named bool) {
 				// and what it serves falls with it.
 				p.from, p.base = p.base, sustained
 			}
+			p.lastRead = read
 		}
 		searched := p.state == pacerSearching
 		p.state = pacerSteady

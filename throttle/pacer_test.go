@@ -1395,3 +1395,57 @@ func TestServedWindowRate(t *testing.T) {
 		})
 	}
 }
+
+// TestPacerLateRefusalClimbsBack runs a steady pace whose decrease read
+// the server's rate from a round of 25 releases, then refuses a release
+// a few slots later, before the releases since can tell a rate: that
+// refusal is the decrease's round seen late (nginx's leaky bucket,
+// full when it refused, still drains), so the pace drops to its floor
+// and climbs back to the fit within the curve's span. A second such
+// refusal lowers the fit. Taken for a rate, one late refusal behind
+// nginx's bare 503s halved the pace of a budget too young to have served
+// a second's worth, which then stood there for two policy delays.
+func TestPacerLateRefusalClimbsBack(t *testing.T) {
+	k := time.Duration(math.Cbrt((1-dip)/cubic) * float64(time.Second))
+	tests := []struct {
+		name       string
+		late       int // refusals, each three slots after the one before
+		climbsBack bool
+	}{
+		{"one late refusal", 1, true},
+		{"two late refusals", 2, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A young pace, too young to have served much over a
+			// second: a decrease that names no wait, then a round at 250
+			// a second that runs dry after 100 ms, which the fit reads.
+			p := newAdaptivePacer(t0)
+			p.follow(400, t0)
+			now := t0.Add(10 * time.Millisecond)
+			p.throttled(now, now.Add(time.Millisecond), now.Add(3*time.Second), false)
+			at := now
+			for i := range 25 {
+				at = now.Add(time.Millisecond + time.Duration(i+1)*4*time.Millisecond)
+				p.sent(at)
+				p.succeeded(at, at.Add(time.Millisecond))
+			}
+			p.throttled(at, at.Add(time.Millisecond), at.Add(3*time.Second), false)
+			fitted := p.base
+			for range tt.late {
+				for range 3 {
+					at = at.Add(4 * time.Millisecond)
+					p.sent(at)
+				}
+				p.throttled(at, at.Add(time.Millisecond), at.Add(3*time.Second), false)
+			}
+			assert.Less(t, p.rateAt(at.Add(time.Millisecond)), 0.9*fitted, "down at once")
+			back := p.rateAt(at.Add(k))
+			if tt.climbsBack {
+				assert.InDelta(t, fitted, back, 0.01*fitted, "back at the fit")
+				return
+			}
+			assert.Less(t, back, 0.9*fitted, "the fit lowered")
+		})
+	}
+}
