@@ -295,7 +295,7 @@ type adaptivePacer struct {
 	// not moved, and the next probe waits twice as long.
 	quietProbes int
 	// lastRead says the last decrease set the pace from a fit that read
-	// the server's rate, and no refusal came since.
+	// the server's rate, and no decrease came since.
 	lastRead bool
 	// idle is the time since start that a steady pace had nothing to
 	// release at its slots, which its curve does not count: a rate left
@@ -776,8 +776,9 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time, named bool) {
 		// come before the releases since could tell one, is that
 		// decrease's round seen late: nginx's leaky bucket, full when it
 		// refused, still drains at what the server serves over the pace.
-		// It drops the pace to its floor and the curve climbs back to the
-		// fit, as within a closure; a second one lowers the fit. Taken
+		// It drops the pace to what its fit and floor say, and the curve
+		// climbs back to the fit, as within a closure; a second one
+		// lowers the fit. Taken
 		// for a rate, one such refusal 3 releases after a fit of 357/s
 		// halved the pace behind nginx's bare 503s, which then stood at
 		// 173/s for the two policy delays before its probe (2.0x of the
