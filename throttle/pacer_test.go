@@ -1400,7 +1400,7 @@ func TestServedWindowRate(t *testing.T) {
 // the server's rate from a round of 25 releases, then refuses a release
 // a few slots later, before the releases since can tell a rate: that
 // refusal is the decrease's round seen late (nginx's leaky bucket,
-// full when it refused, still drains), so the pace drops to its floor
+// full when it refused, still drains), so the pace drops
 // and climbs back to the fit within the curve's span. A second such
 // refusal lowers the fit. Taken for a rate, one late refusal behind
 // nginx's bare 503s halved the pace of a budget too young to have served
