@@ -79,6 +79,12 @@ const (
 	// backoff is the share of the rate kept after a throttle that the fit
 	// cannot explain.
 	backoff = 0.9
+	// trustedReleases is the fewest releases a fit must read the rate
+	// from for a refusal after it to be taken for its round seen late
+	// rather than for a lower rate (lastRead): the fit counts the tokens
+	// the server refilled over the round, give or take one, and under
+	// 1/(1-backoff) releases that one is more than a refusal's step.
+	trustedReleases = 10
 	// dip is where the CUBIC curve starts after a fit, as a share of the
 	// fitted rate: the fit is close, so the curve need not fall far.
 	dip = 0.97
@@ -295,7 +301,8 @@ type adaptivePacer struct {
 	// not moved, and the next probe waits twice as long.
 	quietProbes int
 	// lastRead says the last decrease set the pace from a fit that read
-	// the server's rate, and no decrease came since.
+	// the server's rate from at least trustedReleases, and no decrease
+	// came since.
 	lastRead bool
 	// idle is the time since start that a steady pace had nothing to
 	// release at its slots, which its curve does not count: a rate left
@@ -749,6 +756,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time, named bool) {
 		// pace low; the search's bracket only where the server named no
 		// wait (see fit).
 		lean := end.Sub(now) > leanAfter
+		counted := p.releasedBy(sent.Sub(p.start))
 		fit, read := p.fit(sent, lean && !named)
 		fit = max(fit, 1)
 		if !closing && p.probing(sent) {
@@ -772,7 +780,9 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time, named bool) {
 			p.closedFloor = min(p.closedFloor, served)
 		}
 		p.from = 0
-		// The first refusal after a decrease whose fit read the rate,
+		// The first refusal after a decrease whose fit read the rate
+		// (from trustedReleases at least: one from 4 releases put
+		// nginx's 40/s zone at 68/s, and the curve climbed back there),
 		// come before the releases since could tell one, is that
 		// decrease's round seen late: nginx's leaky bucket, full when it
 		// refused, still drains at what the server serves over the pace.
@@ -812,7 +822,7 @@ func (p *adaptivePacer) throttled(sent, now, end time.Time, named bool) {
 				// and what it serves falls with it.
 				p.from, p.base = p.base, sustained
 			}
-			p.lastRead = read
+			p.lastRead = read && counted >= trustedReleases
 		}
 		searched := p.state == pacerSearching
 		p.state = pacerSteady

@@ -1409,24 +1409,30 @@ func TestPacerLateRefusalClimbsBack(t *testing.T) {
 	k := time.Duration(math.Cbrt((1-dip)/cubic) * float64(time.Second))
 	tests := []struct {
 		name       string
-		late       int // refusals, each three slots after the one before
+		gap        time.Duration // from the first decrease to the round
+		spacing    time.Duration // between the round's releases
+		round      int           // releases the decrease's fit reads
+		late       int           // refusals, each three slots after the one before
 		climbsBack bool
 	}{
-		{"one late refusal", 1, true},
-		{"two late refusals", 2, false},
+		{"one late refusal", 0, 4 * time.Millisecond, 25, 1, true},
+		{"two late refusals", 0, 4 * time.Millisecond, 25, 2, false},
+		// A fit read from 5 releases is a rate give or take a fifth.
+		{"one late refusal after a fit read from few releases", 30 * time.Millisecond, 3 * time.Millisecond, 5, 1, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// A young pace, too young to have served much over a
 			// second: a decrease that names no wait, then a round at 250
-			// a second that runs dry after 100 ms, which the fit reads.
+			// a second that runs dry after tt.round releases, which the
+			// fit reads.
 			p := newAdaptivePacer(t0)
 			p.follow(400, t0)
 			now := t0.Add(10 * time.Millisecond)
 			p.throttled(now, now.Add(time.Millisecond), now.Add(3*time.Second), false)
 			at := now
-			for i := range 25 {
-				at = now.Add(time.Millisecond + time.Duration(i+1)*4*time.Millisecond)
+			for i := range tt.round {
+				at = now.Add(tt.gap + time.Millisecond + time.Duration(i+1)*tt.spacing)
 				p.sent(at)
 				p.succeeded(at, at.Add(time.Millisecond))
 			}
