@@ -118,3 +118,33 @@ func TestClassifyWithTheQueueOff(t *testing.T) {
 		})
 	}
 }
+
+// Only a 429 that named no wait, to a request that is no JSON batch and
+// whose retries have not gone early maxEarlyRetries times, lets its retry
+// go before the policy's delay.
+func TestRefusedRate(t *testing.T) {
+	tests := []struct {
+		name    string
+		status  int
+		outcome throttle.Outcome
+		early   int // retries of the request that went early
+		batch   bool
+		want    bool
+	}{
+		{"a bare 429", http.StatusTooManyRequests, throttle.ThrottledNoWait, 0, false, true},
+		{"a bare 429 after early retries refused", http.StatusTooManyRequests, throttle.ThrottledNoWait, maxEarlyRetries - 1, false, true},
+		{"a 429 naming its wait", http.StatusTooManyRequests, throttle.Throttled, 0, false, false},
+		{"a 503 taken for a capacity limit", http.StatusServiceUnavailable, throttle.ThrottledNoWait, 0, false, false},
+		{"a bare 429 after as many early retries as allowed", http.StatusTooManyRequests, throttle.ThrottledNoWait, maxEarlyRetries, false, false},
+		{"a JSON batch", http.StatusTooManyRequests, throttle.ThrottledNoWait, 0, true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &run{early: tt.early}
+			if tt.batch {
+				r.batch = &batchRun{}
+			}
+			assert.Equal(t, tt.want, r.refusedRate(&http.Response{StatusCode: tt.status}, tt.outcome))
+		})
+	}
+}

@@ -56,8 +56,10 @@ const (
 	// last response (on the given-up event). Absent when a transport error
 	// caused it.
 	HTTPResponseStatusCodeKey = attribute.Key("http.response.status_code")
-	// HTTPRequestResendDelayKey (double, seconds) is the delay waited before
-	// the retry of an attempt span.
+	// HTTPRequestResendDelayKey (double, seconds) is the delay decided
+	// before the retry of an attempt span: the policy's, or the server's
+	// Retry-After when longer. The outage gate, or the queue after a 429
+	// that named no wait, may let the retry go sooner.
 	HTTPRequestResendDelayKey = attribute.Key("http.request.resend_delay")
 	// URLFullKey (string) is the request's URL, user info redacted. It is
 	// set only when ObservabilityOptions.GetIncludeEUIIAttributes() is true,

@@ -234,6 +234,13 @@
 //     whatever the host's answers say: its limiter names its throttles,
 //     and failures at random come whatever the pace, so that taken for
 //     throttles they would lower it at every one.
+//     The retry of a bare 429 may go before the retry policy's delay, a
+//     guess at a wait the server did not name ([Queue.AdmitEarly]): once
+//     the host has served a request sent after the 429 came back, what it
+//     refused was a rate, and the retry leaves at its budget's pace. Never
+//     before a hold the server named; the retry loop asks it three times
+//     a request at most, so that an item refusing everything while others
+//     are served then waits out the policy's delays.
 //  7. Announced budgets (RateLimit, RateLimit-Policy, x-ms-throttle-*) are
 //     hints checked against what happens: a budget announced as spent is
 //     the news a throttle brings, before it costs one, and the pacer learns

@@ -52,10 +52,14 @@ type hostState struct {
 	forgotten   bool
 	lastEnd     time.Time // the latest end of any throttle of the host
 	lastSuccess time.Time // when the latest success came back
-	urls        map[string]*entry
-	paths       map[string]*entry
-	nodes       map[string]*node
-	seq         uint64 // orders throttles and waiters
+	servedSent  time.Time // when the latest request it served was sent
+	// early are the waiters whose policy's delay ends once it serves a
+	// request sent after their refusal (Queue.AdmitEarly).
+	early []*waiter
+	urls  map[string]*entry
+	paths map[string]*entry
+	nodes map[string]*node
+	seq   uint64 // orders throttles and waiters
 }
 
 // entry is an exact URL or path the server throttled until end: its own

@@ -232,6 +232,14 @@ func (q *Queue) attribute(s *hostState, keys []string, now time.Time, concurrent
 // in virtual time).
 func (q *Queue) succeeded(s *hostState, t *target, p Pass, now time.Time, waved bool) {
 	s.lastSuccess = now
+	if p.Sent.After(s.servedSent) {
+		s.servedSent = p.Sent
+		for _, w := range s.early {
+			if !w.refused.IsZero() && p.Sent.After(w.refused) {
+				signal(w)
+			}
+		}
+	}
 	if e := s.paths[t.path]; e != nil {
 		e.strikes = 0
 	}

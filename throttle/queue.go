@@ -201,6 +201,23 @@ const (
 // A request to a host that was never throttled, here or (with a store)
 // anywhere in the fleet, takes no lock and makes no round trip.
 func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadline time.Time, obs Observer) (Pass, error) {
+	return q.admit(ctx, req, time.Time{}, notBefore, deadline, obs)
+}
+
+// AdmitEarly is Admit for the retry of an attempt of req that the server
+// refused without naming a wait (a bare 429), whose answer came back at
+// refused: notBefore is the retry policy's guess, not the server's word.
+// The retry goes before it, in its budget's queue and at its pace, once
+// the host has served a request sent after refused: the server serves
+// again, and what it refused was a rate, which the pace of req's budget
+// slowed for, not this request. Until then, and where neither a budget
+// nor a hold of the host is in its way, it waits for notBefore as Admit
+// does.
+func (q *Queue) AdmitEarly(ctx context.Context, req *http.Request, refused, notBefore, deadline time.Time, obs Observer) (Pass, error) {
+	return q.admit(ctx, req, refused, notBefore, deadline, obs)
+}
+
+func (q *Queue) admit(ctx context.Context, req *http.Request, refused, notBefore, deadline time.Time, obs Observer) (Pass, error) {
 	host := hostKey(req)
 	s := q.state(host, false, time.Time{})
 	if s == nil || !s.active.Load() {
@@ -217,7 +234,7 @@ func (q *Queue) Admit(ctx context.Context, req *http.Request, notBefore, deadlin
 			return Pass{Sent: later(q.clock.Now(), notBefore), host: s}, err
 		}
 	}
-	p, err := q.acquire(ctx, s, q.newTarget(req), notBefore, deadline, obs)
+	p, err := q.acquire(ctx, s, q.newTarget(req), refused, notBefore, deadline, obs)
 	if err == nil && q.caps != nil {
 		if p.slot, err = q.caps.take(ctx, host, req, deadline, obs); err != nil {
 			q.giveBack(s, p)

@@ -91,6 +91,13 @@ func newHolders(t *testing.T, o options.QueueOptions) *holders {
 // hold starts request id's acquire and waits until it blocks or returns.
 func (h *holders) hold(rawURL string, notBefore, deadline time.Time) (id int) {
 	h.t.Helper()
+	return h.holdRefused(rawURL, time.Time{}, notBefore, deadline)
+}
+
+// holdRefused is hold for the retry of an attempt refused at refused by a
+// bare 429 (Queue.AdmitEarly).
+func (h *holders) holdRefused(rawURL string, refused, notBefore, deadline time.Time) (id int) {
+	h.t.Helper()
 	id = h.n
 	h.n++
 	ctx, cancel := context.WithCancel(context.Background())
@@ -98,7 +105,7 @@ func (h *holders) hold(rawURL string, notBefore, deadline time.Time) (id int) {
 	h.cancels = append(h.cancels, cancel)
 	tg := targetOf(h.t, rawURL)
 	go func() {
-		p, err := h.q.acquire(ctx, h.q.state(tg.host, true, time.Time{}), tg, notBefore, deadline, nil)
+		p, err := h.q.acquire(ctx, h.q.state(tg.host, true, time.Time{}), tg, refused, notBefore, deadline, nil)
 		h.mu.Lock()
 		h.out = append(h.out, acquired{id, err, h.clk.Now().Sub(t0)})
 		h.paced = append(h.paced, p.Paced())
@@ -321,6 +328,57 @@ func TestPassPaced(t *testing.T) {
 				require.Len(t, got, 1)
 				require.NoError(t, got[0].err)
 				assert.Equal(t, []bool{tt.budget}, h.paced)
+			})
+		})
+	}
+}
+
+// TestAdmitEarly checks that the retry of a bare 429 leaves before the
+// policy's delay once the host served a request sent after the 429 came
+// back, at its budget's pace and never before the server's own word.
+func TestAdmitEarly(t *testing.T) {
+	const delay = 3 * time.Second
+	tests := []struct {
+		name    string
+		refused bool          // the retry is AdmitEarly's, refused at t0
+		named   time.Duration // the server's word holds the URL until then
+		served  time.Duration // a request sent then, after t0, succeeded at 10 ms
+		want    time.Duration // when it leaves; 0: at its budget's pace, before the delay
+	}{
+		{"a request sent after the refusal served", true, 0, 5 * time.Millisecond, 0},
+		{"only a request sent before it served", true, 0, -time.Millisecond, delay},
+		{"no refusal: the delay is the caller's", false, 0, 5 * time.Millisecond, delay},
+		{"the server's word holds the URL past the delay", true, 4 * time.Second, 5 * time.Millisecond, 4 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHolders(t, options.QueueOptions{})
+				me := targetOf(t, graph+"/v1.0/me")
+				s := h.q.state("graph.test", true, time.Time{})
+				// Two requests to it throttled together make it a budget.
+				h.q.throttleTarget(me, t0.Add(-time.Millisecond), t0, t0.Add(delay))
+				h.q.throttleTarget(me, t0.Add(-time.Millisecond), t0, t0.Add(delay))
+				if tt.named > 0 {
+					s.mu.Lock()
+					s.urls[me.url] = &entry{end: t0.Add(tt.named)}
+					s.mu.Unlock()
+				}
+				var refused time.Time
+				if tt.refused {
+					refused = t0
+				}
+				h.holdRefused(graph+"/v1.0/me", refused, t0.Add(delay), time.Time{})
+				h.clk.Advance(10 * time.Millisecond)
+				h.q.succeededAt(s, "/v1.0/me", t0.Add(tt.served), h.clk.Now())
+				got := h.run()
+				require.Len(t, got, 1)
+				require.NoError(t, got[0].err)
+				if tt.want == 0 {
+					assert.Less(t, got[0].at, time.Second, "left at its budget's pace, long before the delay")
+					return
+				}
+				assert.Equal(t, tt.want, got[0].at)
 			})
 		})
 	}

@@ -3,6 +3,7 @@ package throttle
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/kiota-resilience/kiota-resilience-go/internal/wait"
@@ -33,7 +34,10 @@ func (q *Queue) next(n *node, now time.Time) time.Time {
 
 // acquire blocks the calling request until it may be sent. It returns
 // a *HoldError (ErrHoldTooLong) when release would come after deadline.
-func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore, deadline time.Time, obs Observer) (Pass, error) {
+// refused, when set, is when a bare 429 to the attempt before came back:
+// notBefore ends once the room serves a request sent after it
+// (AdmitEarly).
+func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, refused, notBefore, deadline time.Time, obs Observer) (Pass, error) {
 	keys := t.keys()
 	s.mu.Lock()
 	now := q.clock.Now()
@@ -52,8 +56,16 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 	// path) holds the request: the pace never cuts that hold short.
 	named := eligible.After(later(now, notBefore))
 	s.seq++
-	w := &waiter{notBefore: notBefore, eligible: eligible, seq: s.seq, wake: make(chan struct{}, 1)}
+	w := &waiter{notBefore: notBefore, refused: refused, eligible: eligible, seq: s.seq, wake: make(chan struct{}, 1)}
 	n.waiters.push(w)
+	if !refused.IsZero() {
+		s.early = append(s.early, w)
+		defer func() {
+			s.mu.Lock()
+			s.early = slices.DeleteFunc(s.early, func(e *waiter) bool { return e == w })
+			s.mu.Unlock()
+		}()
+	}
 	// Held means kept past the request's own time by the queue; waiting out
 	// its own delay is not.
 	held := func(now, at time.Time) {
@@ -68,6 +80,15 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 	var err error
 	for {
 		now = q.clock.Now()
+		if !w.refused.IsZero() && s.servedSent.After(w.refused) {
+			// The server serves requests sent since the refusal: the
+			// policy's delay has nothing left to wait for, and the pace
+			// of the request's budget times it.
+			if w.notBefore.After(now) {
+				w.notBefore = now
+			}
+			w.refused = time.Time{}
+		}
 		e := later(w.notBefore, s.held(t))
 		named = named || e.After(later(now, w.notBefore))
 		if m := q.room(s, keys, e, now); m != n {
@@ -76,7 +97,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 			q.dropIdle(s, n, now)
 			if m == nil {
 				s.mu.Unlock()
-				return Pass{}, wait.Until(ctx, q.clock, notBefore)
+				return Pass{}, wait.Until(ctx, q.clock, w.notBefore)
 			}
 			n = m
 			w.eligible = e
@@ -192,7 +213,7 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, notBefore,
 					continue
 				}
 				s.mu.Unlock()
-				return Pass{}, wait.Until(ctx, q.clock, notBefore)
+				return Pass{}, wait.Until(ctx, q.clock, w.notBefore)
 			}
 			s.mu.Unlock()
 			held(now, at)

@@ -8,10 +8,14 @@ import (
 // waiter is one request held in a budget's queue.
 type waiter struct {
 	notBefore time.Time
-	eligible  time.Time
-	seq       uint64
-	index     int
-	wake      chan struct{}
+	// refused is when a bare 429 to the request's attempt before came
+	// back, zero once the host served a request sent after it, or when
+	// there was none (Queue.AdmitEarly).
+	refused  time.Time
+	eligible time.Time
+	seq      uint64
+	index    int
+	wake     chan struct{}
 }
 
 // waiterHeap orders waiters by when they become eligible, then by arrival,
