@@ -35,7 +35,7 @@ func (q *Queue) next(n *node, now time.Time) time.Time {
 // acquire blocks the calling request until it may be sent. It returns
 // a *HoldError (ErrHoldTooLong) when release would come after deadline.
 // refused, when set, is when a bare 429 to the attempt before came back:
-// notBefore ends once the room serves a request sent after it
+// notBefore ends once the host serves a request sent after it
 // (AdmitEarly).
 func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, refused, notBefore, deadline time.Time, obs Observer) (Pass, error) {
 	keys := t.keys()
