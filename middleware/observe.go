@@ -166,6 +166,15 @@ func (o *observer) released(ctx context.Context) {
 	}
 }
 
+// sentEarly reports that the queue let the retry in flight go to host
+// before its backoff ran out (throttle.Queue.AdmitEarly).
+func (o *observer) sentEarly(ctx context.Context, host string) {
+	o.inst.SentEarly(ctx, host)
+	if o.attempt != nil && o.attempt.IsRecording() {
+		o.attempt.SetAttributes(observability.QueueSentEarlyKey.Bool(true))
+	}
+}
+
 // end reports that the handler returns err: it closes whatever is still
 // open and records err on the spans with status Error.
 func (o *observer) end(ctx context.Context, err error) {

@@ -385,6 +385,7 @@ func (r *run) admit(ctx context.Context, retry int, notBefore time.Time) (thrott
 				// (options.Attempt.Timed).
 				r.early++
 				r.timed++
+				obs.sentEarly(ctx, hostKey(r.req))
 			}
 		}
 		r.obs = obs.observer

@@ -95,6 +95,11 @@ const (
 	// request went before its own backoff ran out because a probe found
 	// its host up again.
 	OutageWokenEarlyKey = attribute.Key(Namespace + "outage.woken_early")
+	// QueueSentEarlyKey (bool, only ever true) says, on an attempt span,
+	// that the retry went before the delay its resend_delay names: its
+	// 429 named no wait, and once the host served a request sent after
+	// that 429, the queue let the retry go at its budget's pace.
+	QueueSentEarlyKey = attribute.Key(Namespace + "queue.sent_early")
 	// HandBackKindKey (string) says what was handed back, one of the
 	// HandBackKind values, on EventHandedBack and MetricHandBacks.
 	HandBackKindKey = attribute.Key(Namespace + "hand_back.kind")
@@ -254,6 +259,12 @@ const (
 	// ServerAddressKey.
 	MetricOutageWokenEarly = Namespace + "outage.woken_early"
 	UnitOutageWokenEarly   = "{request}"
+	// MetricQueueSentEarly counts the retries of 429s that named no wait
+	// that the throttle queue let go before their policy's delay ran out,
+	// because the host served a request sent after the 429, by
+	// ServerAddressKey.
+	MetricQueueSentEarly = Namespace + "queue.sent_early"
+	UnitQueueSentEarly   = "{request}"
 	// MetricHandBacks counts the requests handed back to their callers, by
 	// HandBackKindKey.
 	MetricHandBacks = Namespace + "hand_backs"

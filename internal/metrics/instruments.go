@@ -33,6 +33,7 @@ type Instruments struct {
 	batchItems    metric.Int64Counter
 	probes        metric.Int64Counter
 	wokenEarly    metric.Int64Counter
+	sentEarly     metric.Int64Counter
 	handBacks     metric.Int64Counter
 }
 
@@ -83,6 +84,8 @@ func New(mp metric.MeterProvider) *Instruments {
 	in.probes = counter(m, observability.MetricOutageProbes, observability.UnitOutageProbes, "Probes sent to hosts that were down.")
 	in.wokenEarly = counter(m, observability.MetricOutageWokenEarly, observability.UnitOutageWokenEarly,
 		"Retries sent before their backoff ran out because a probe found their host up again.")
+	in.sentEarly = counter(m, observability.MetricQueueSentEarly, observability.UnitQueueSentEarly,
+		"Retries of 429s that named no wait sent at their budget's pace before their backoff ran out.")
 	in.handBacks = counter(m, observability.MetricHandBacks, observability.UnitHandBacks, "Requests handed back to their callers instead of waited out.")
 	return in
 }
@@ -152,6 +155,13 @@ func (in *Instruments) Probe(ctx context.Context, host string) {
 // because a probe found the host up again.
 func (in *Instruments) WokenEarly(ctx context.Context, host string) {
 	in.wokenEarly.Add(ctx, 1, metric.WithAttributes(observability.ServerAddressKey.String(host)))
+}
+
+// SentEarly counts a retry to host that the throttle queue let go before
+// its backoff ran out: its 429 named no wait, and the host served a
+// request sent after it.
+func (in *Instruments) SentEarly(ctx context.Context, host string) {
+	in.sentEarly.Add(ctx, 1, metric.WithAttributes(observability.ServerAddressKey.String(host)))
 }
 
 // HandedBack counts a request handed back to its caller; kind is a
