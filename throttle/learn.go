@@ -113,6 +113,11 @@ func (q *Queue) throttled(s *hostState, t *target, p Pass, now, end time.Time) *
 	n.seq = s.seq
 	n.named = n.named || !p.refused
 	if !q.capped(n, p) {
+		if ap, ok := n.pacer.(*adaptivePacer); ok {
+			// A 503 read as a capacity limit (refused) names no wait
+			// either, but its request waits the retry policy's delay (R6).
+			ap.atPace = p.noWait && !p.refused
+		}
 		n.pacer.throttled(p.Sent, now, end, !p.noWait)
 	}
 	if p.budget == n && n.depth+1 < len(keys) && !p.retry {

@@ -1455,3 +1455,36 @@ func TestPacerLateRefusalClimbsBack(t *testing.T) {
 		})
 	}
 }
+
+// TestPacerProbesSoonerWhenRefusalsCostNoWait checks that a pace fitted
+// after 429s that name no wait, whose requests are retried at the pace
+// (Queue.AdmitEarly), probes above its fit once the curve has climbed
+// back, not after two of the retry policy's delays, which a probe's
+// refusal no longer costs; throttles whose requests wait (a named wait,
+// or the policy's delay) still space the probes two such waits apart.
+func TestPacerProbesSoonerWhenRefusalsCostNoWait(t *testing.T) {
+	const (
+		fitted = 400.0
+		delay  = 3.0 // seconds: the retry policy's, or the server's wait
+	)
+	k := math.Cbrt((1 - dip) / cubic)
+	tests := []struct {
+		name   string
+		atPace bool
+		probe  float64 // seconds after the fit
+	}{
+		{"bare 429s, retried at the pace", true, max(k, probeAfter.Seconds())},
+		{"throttles whose requests wait", false, 2 * delay},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newAdaptivePacer(t0)
+			p.follow(fitted, t0)
+			p.period, p.atPace = delay, tt.atPace
+			at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+			const step = 0.01
+			assert.False(t, p.probing(at(tt.probe-step)), "no probe before %.2f s", tt.probe)
+			assert.True(t, p.probing(at(tt.probe+step)), "a probe after %.2f s", tt.probe)
+		})
+	}
+}

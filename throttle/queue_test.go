@@ -342,13 +342,17 @@ func TestAdmitEarly(t *testing.T) {
 		name    string
 		refused bool          // the retry is AdmitEarly's, refused at t0
 		named   time.Duration // the server's word holds the URL until then
+		out     bool          // a request of its budget, sent after t0, is out
+		lone    bool          // its budget is an item its own refusal made one
 		served  time.Duration // a request sent then, after t0, succeeded at 10 ms
 		want    time.Duration // when it leaves; 0: at its budget's pace, before the delay
 	}{
-		{"a request sent after the refusal served", true, 0, 5 * time.Millisecond, 0},
-		{"only a request sent before it served", true, 0, -time.Millisecond, delay},
-		{"no refusal: the delay is the caller's", false, 0, 5 * time.Millisecond, delay},
-		{"the server's word holds the URL past the delay", true, 4 * time.Second, 5 * time.Millisecond, 4 * time.Second},
+		{"a request sent after the refusal served", true, 0, false, false, 5 * time.Millisecond, 0},
+		{"nothing out, nothing to send before it", true, 0, false, false, -time.Millisecond, 0},
+		{"a request sent after it still out", true, 0, true, false, -time.Millisecond, delay},
+		{"a lone item, nothing out: R6's delay", true, 0, false, true, -time.Millisecond, delay},
+		{"no refusal: the delay is the caller's", false, 0, false, false, 5 * time.Millisecond, delay},
+		{"the server's word holds the URL past the delay", true, 4 * time.Second, false, false, 5 * time.Millisecond, 4 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -359,11 +363,16 @@ func TestAdmitEarly(t *testing.T) {
 				// Two requests to it throttled together make it a budget.
 				h.q.throttleTarget(me, t0.Add(-time.Millisecond), t0, t0.Add(delay))
 				h.q.throttleTarget(me, t0.Add(-time.Millisecond), t0, t0.Add(delay))
+				s.mu.Lock()
 				if tt.named > 0 {
-					s.mu.Lock()
 					s.urls[me.url] = &entry{end: t0.Add(tt.named)}
-					s.mu.Unlock()
 				}
+				n := h.q.budgetOf(s, me.keys(), t0)
+				if tt.out {
+					n.inflight++
+				}
+				n.lone = tt.lone
+				s.mu.Unlock()
 				var refused time.Time
 				if tt.refused {
 					refused = t0
@@ -382,6 +391,58 @@ func TestAdmitEarly(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestAdmitEarlyQueuesAsArrivingNow checks that a retry AdmitEarly lets
+// go before its delay queues in its budget as a request arriving then:
+// behind the requests already waiting, ahead of those that come later,
+// not behind every request that comes before the delay it no longer
+// waits for.
+func TestAdmitEarlyQueuesAsArrivingNow(t *testing.T) {
+	const delay = 3 * time.Second
+	synctest.Test(t, func(t *testing.T) {
+		h := newHolders(t, options.QueueOptions{})
+		const url = graph + "/v1.0/me"
+		me := targetOf(t, url)
+		s := h.q.state("graph.test", true, time.Time{})
+		h.q.throttleTarget(me, t0.Add(-time.Millisecond), t0, t0.Add(delay))
+		h.q.throttleTarget(me, t0.Add(-time.Millisecond), t0, t0.Add(delay))
+		s.mu.Lock()
+		h.q.budgetOf(s, me.keys(), t0).pacer.(*adaptivePacer).follow(10, t0)
+		s.mu.Unlock()
+		for range 5 {
+			h.hold(url, t0, time.Time{}) // a half second's queue at 10/s
+		}
+		early := h.holdRefused(url, t0, t0.Add(delay), time.Time{})
+		h.clk.Advance(10 * time.Millisecond)
+		h.q.succeededAt(s, "/v1.0/me", t0.Add(5*time.Millisecond), h.clk.Now())
+		// Advance from timer to timer to each arrival, a request every
+		// 200 ms until the delay.
+		var later []int
+		for at := 200 * time.Millisecond; at < delay; at += 200 * time.Millisecond {
+			for {
+				synctest.Wait()
+				p := h.clk.Pending()
+				if len(p) == 0 || h.clk.Now().Add(p[0]).After(t0.Add(at)) {
+					h.clk.Advance(t0.Add(at).Sub(h.clk.Now()))
+					break
+				}
+				h.clk.Advance(p[0])
+			}
+			later = append(later, h.hold(url, h.clk.Now(), time.Time{}))
+		}
+		got := h.run()
+		require.Len(t, got, h.n)
+		when := map[int]time.Duration{}
+		for _, a := range got {
+			require.NoError(t, a.err)
+			when[a.id] = a.at
+		}
+		assert.Less(t, when[early], 700*time.Millisecond, "behind the queue it found, at the pace")
+		for _, id := range later[2:] {
+			assert.Less(t, when[early], when[id], "ahead of the requests that came after it was let go")
+		}
+	})
 }
 
 func TestQueueCancelWhileHeld(t *testing.T) {
@@ -767,6 +828,44 @@ func TestFirstWaveCountedOnce(t *testing.T) {
 			require.NotNil(t, users)
 			require.True(t, users.shared, "four throttled users make the users API a budget")
 			assert.Equal(t, want, users.pacer.(*adaptivePacer).burst)
+		})
+	}
+}
+
+// TestPaceKnowsRefusalsRetriedAtIt checks that the pace of a budget
+// throttled by 429s that name no wait knows their requests are retried
+// at it (Queue.AdmitEarly), and so probes without waiting out the retry
+// policy's delay; that of one throttled with a named wait, or by 503s
+// read as a capacity limit, whose requests wait, does not.
+func TestPaceKnowsRefusalsRetriedAtIt(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		name string
+		p    Pass
+		want bool
+	}{
+		{"429s naming no wait", Pass{noWait: true}, true},
+		{"429s naming their wait", Pass{}, false},
+		{"503s read as a capacity limit", Pass{noWait: true, refused: true}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q := New(clocktest.New(t0), options.QueueOptions{})
+			tg := targetOf(t, graph+"/v1.0/users")
+			s := q.state(tg.host, true, time.Time{})
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.activate()
+			var n *node
+			for range 2 { // together: a budget
+				p := tt.p
+				p.Sent = t0
+				n = q.throttled(s, tg, p, t0.Add(ms), t0.Add(3*time.Second))
+			}
+			require.NotNil(t, n, "a budget")
+			ap, ok := n.pacer.(*adaptivePacer)
+			require.True(t, ok)
+			assert.Equal(t, tt.want, ap.atPace)
 		})
 	}
 }
