@@ -122,7 +122,10 @@
 //     release, so a pace idle through an outage resumes where it was; a
 //     probe whose throttle fits no more than the rate it set out from
 //     doubles the wait before the next, maxQuietProbes times at most,
-//     since each costs its request a Retry-After).
+//     since each costs its request a Retry-After; a probe waits at
+//     least two Retry-After periods, but where the budget's throttles
+//     are bare 429s, whose retries go at the pace, only the curve's
+//     span).
 //     Requests under a paced budget wait FIFO at its
 //     pace: a budget cut out of a wider one decides for its requests,
 //     else the widest budget of their path. A throttle of a
@@ -237,10 +240,13 @@
 //     The retry of a bare 429 may go before the retry policy's delay, a
 //     guess at a wait the server did not name ([Queue.AdmitEarly]): once
 //     the host has served a request sent after the 429 came back, what it
-//     refused was a rate, and the retry leaves at its budget's pace. Never
-//     before a hold the server named; the retry loop asks it three times
-//     a request at most, so that an item refusing everything while others
-//     are served then waits out the policy's delays.
+//     refused was a rate, and the retry leaves at its budget's pace; so
+//     too when the budget, one the server served before (not an item its
+//     own refusal made a budget), has nothing out and nothing to send
+//     before it, as a request arriving then would. Never before a hold
+//     the server named; the retry loop asks it three times a request at
+//     most, so that an item refusing everything while others are served
+//     then waits out the policy's delays.
 //  7. Announced budgets (RateLimit, RateLimit-Policy, x-ms-throttle-*) are
 //     hints checked against what happens: a budget announced as spent is
 //     the news a throttle brings, before it costs one, and the pacer learns
