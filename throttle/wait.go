@@ -80,10 +80,10 @@ func (q *Queue) acquire(ctx context.Context, s *hostState, t *target, refused, n
 	var err error
 	for {
 		now = q.clock.Now()
-		if !w.refused.IsZero() && (s.servedSent.After(w.refused) || q.idleFor(n, w)) {
+		if !w.refused.IsZero() && (s.servedSent.After(w.refused) || n.idleFor(w)) {
 			// The server serves requests sent since the refusal: the
 			// policy's delay has nothing left to wait for, and the pace
-			// of the request's budget times it; or idleFor.
+			// of the request's budget times it; or idleFor says so.
 			if w.notBefore.After(now) {
 				w.notBefore = now
 			}
@@ -268,7 +268,7 @@ func (q *Queue) dropIdle(s *hostState, n *node, now time.Time) {
 }
 
 // idleFor reports whether w, the retry of a bare 429 (AdmitEarly), may go
-// at its budget n's pace with no request sent after its refusal served:
+// at the pace of its budget n with no request sent after its refusal served:
 // n is a budget its server served before (not lone: an item whose own
 // refusal made it one, the only evidence of it, waits the retry policy's
 // delay, as R6 sets), and has nothing out and nothing to send before w.
@@ -277,6 +277,6 @@ func (q *Queue) dropIdle(s *hostState, n *node, now time.Time) {
 // zones, refused together by a probe above the pace's fit, waited the
 // policy's delay past the run's end (in virtual time, 1.9x of the zone's
 // limit). The caller holds the host's lock.
-func (q *Queue) idleFor(n *node, w *waiter) bool {
+func (n *node) idleFor(w *waiter) bool {
 	return !n.lone && n.inflight == 0 && n.waiters[0] == w
 }
