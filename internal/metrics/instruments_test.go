@@ -139,10 +139,12 @@ func TestNewBrokenProvider(t *testing.T) {
 	in.BatchItemsResent(ctx, 429, 3)
 	in.Probe(ctx, "graph.example")
 	in.WokenEarly(ctx, "graph.example")
+	in.SentEarly(ctx, "graph.example")
 	in.HandedBack(ctx, observability.HandBackHold)
 
 	names := []string{observability.MetricRetries, observability.MetricDelay, observability.MetricQueueDuration, observability.MetricQueueHeldRequests,
-		observability.MetricBatchItemsResent, observability.MetricOutageProbes, observability.MetricOutageWokenEarly, observability.MetricHandBacks}
+		observability.MetricBatchItemsResent, observability.MetricOutageProbes, observability.MetricOutageWokenEarly,
+		observability.MetricQueueSentEarly, observability.MetricHandBacks}
 	require.Len(t, rec.errs, len(names))
 	for i, name := range names {
 		assert.ErrorIs(t, rec.errs[i], errBroken)
