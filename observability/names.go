@@ -98,7 +98,8 @@ const (
 	// QueueSentEarlyKey (bool, only ever true) says, on an attempt span,
 	// that the retry went before the delay its resend_delay names: its
 	// 429 named no wait, and once the host served a request sent after
-	// that 429, the queue let the retry go at its budget's pace.
+	// that 429 (or its budget had nothing else out or waiting), the queue
+	// let the retry go at its budget's pace.
 	QueueSentEarlyKey = attribute.Key(Namespace + "queue.sent_early")
 	// HandBackKindKey (string) says what was handed back, one of the
 	// HandBackKind values, on EventHandedBack and MetricHandBacks.
@@ -260,8 +261,8 @@ const (
 	MetricOutageWokenEarly = Namespace + "outage.woken_early"
 	UnitOutageWokenEarly   = "{request}"
 	// MetricQueueSentEarly counts the retries of 429s that named no wait
-	// that the throttle queue let go before their policy's delay ran out,
-	// because the host served a request sent after the 429, by
+	// that the throttle queue let go at their budget's pace before their
+	// policy's delay ran out (throttle.Queue.AdmitEarly), by
 	// ServerAddressKey.
 	MetricQueueSentEarly = Namespace + "queue.sent_early"
 	UnitQueueSentEarly   = "{request}"

@@ -157,9 +157,9 @@ func (in *Instruments) WokenEarly(ctx context.Context, host string) {
 	in.wokenEarly.Add(ctx, 1, metric.WithAttributes(observability.ServerAddressKey.String(host)))
 }
 
-// SentEarly counts a retry to host that the throttle queue let go before
-// its backoff ran out: its 429 named no wait, and the host served a
-// request sent after it.
+// SentEarly counts a retry to host that the throttle queue let go at its
+// budget's pace before its backoff ran out: its 429 named no wait
+// (throttle.Queue.AdmitEarly).
 func (in *Instruments) SentEarly(ctx context.Context, host string) {
 	in.sentEarly.Add(ctx, 1, metric.WithAttributes(observability.ServerAddressKey.String(host)))
 }
